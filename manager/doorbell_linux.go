@@ -1,0 +1,112 @@
+//go:build linux && !shmlocks_poll
+
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The doorbell of an agent is a Linux abstract-namespace datagram socket
+// named after the table's and the agent's nonces. Whoever grants a request
+// to an agent with parked goroutines, or steals from it, sends it one byte;
+// the agent's bell loop (a goroutine blocked in Go's netpoller, so no OS
+// thread per waiter) then looks at its waiting requests and held locks.
+// Lost or coalesced bytes are harmless: the loop re-reads the agent's bell
+// and steal sequence words, and looks anyway every safetyScan.
+const safetyScan = 100 * time.Millisecond
+
+type doorbell struct {
+	conn   *net.UnixConn
+	sendfd int
+	table  uint64
+	mu     sync.Mutex
+	addrs  map[uint64]*bellAddr
+	closed atomic.Bool
+}
+
+type bellAddr struct {
+	raw unix.RawSockaddrUnix
+	len uint32
+}
+
+func bellName(table, agent uint64) string { return fmt.Sprintf("shmlocks-%016x-%016x", table, agent) }
+
+func newDoorbell(table, nonce uint64) (*doorbell, error) {
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: "@" + bellName(table, nonce), Net: "unixgram"})
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		conn.Close()
+		return nil, os.NewSyscallError("socket", err)
+	}
+	return &doorbell{conn: conn, sendfd: fd, table: table, addrs: map[uint64]*bellAddr{}}, nil
+}
+
+var one = []byte{1}
+
+// ring sends one byte to the agent whose nonce is given. Errors (the agent
+// is gone, its buffer is full) are ignored: a full buffer already holds a
+// wake-up, and a gone agent needs none.
+func (d *doorbell) ring(nonce uint64) {
+	if d.closed.Load() {
+		return
+	}
+	d.mu.Lock()
+	a := d.addrs[nonce]
+	if a == nil {
+		if len(d.addrs) > 4096 {
+			clear(d.addrs)
+		}
+		a = &bellAddr{}
+		a.raw.Family = unix.AF_UNIX
+		name := bellName(d.table, nonce)
+		// Abstract address: a leading NUL, then the name (no terminator).
+		for i := 0; i < len(name); i++ {
+			a.raw.Path[i+1] = int8(name[i])
+		}
+		a.len = uint32(2 + 1 + len(name))
+		d.addrs[nonce] = a
+	}
+	d.mu.Unlock()
+	unix.Syscall6(unix.SYS_SENDTO, uintptr(d.sendfd), uintptr(unsafe.Pointer(&one[0])), 1,
+		unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&a.raw)), uintptr(a.len))
+}
+
+func (d *doorbell) close() {
+	d.closed.Store(true)
+	d.conn.Close()
+}
+
+func (d *doorbell) closeSender() { unix.Close(d.sendfd) }
+
+// bellLoop waits for doorbell bytes and scans on each, and every safetyScan.
+func (m *Manager) bellLoop() {
+	defer m.bg.Done()
+	buf := make([]byte, 64)
+	for {
+		m.bell.conn.SetReadDeadline(time.Now().Add(safetyScan))
+		_, err := m.bell.conn.Read(buf)
+		if m.bell.closed.Load() {
+			return
+		}
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			time.Sleep(time.Millisecond)
+		}
+		if !m.enter() {
+			return
+		}
+		m.scan(err != nil)
+		m.leave()
+	}
+}

@@ -1,0 +1,30 @@
+package manager
+
+import (
+	"errors"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// Errors. Test them with errors.Is; the wrapped message says which name,
+// limit or field is involved.
+var (
+	// ErrNotSupported: a name starting with '-' or longer than MaxNameLen, an
+	// invalid Mode, or a forbidden option mix (Steal with IfAvailable or Shared).
+	ErrNotSupported = errors.New("shmlocks: not supported")
+	// ErrAborted: ctx ended before the grant. The error also matches ctx.Err().
+	ErrAborted = errors.New("shmlocks: request aborted")
+	// ErrNotAvailable: Acquire with IfAvailable found the lock not grantable at once.
+	ErrNotAvailable = errors.New("shmlocks: lock not available")
+	// ErrStolen: the lock was stolen, or reaped, while held.
+	ErrStolen = errors.New("shmlocks: lock stolen")
+	// ErrClosed: the Manager was closed.
+	ErrClosed = errors.New("shmlocks: manager closed")
+	// ErrTableFull: no free resource, request or agent entry; nothing held is disturbed.
+	ErrTableFull = table.ErrTableFull
+	// ErrCorrupt: the file is not a valid lock table (bad magic, version,
+	// geometry, size, checksum or indices).
+	ErrCorrupt = table.ErrCorrupt
+	// ErrReleased: Release of a lock that was already released (added to the v1 contract).
+	ErrReleased = errors.New("shmlocks: lock already released")
+)

@@ -1,0 +1,196 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// Lock states.
+const (
+	lockHeld     = iota // granted, not yet released
+	lockReleased        // released by its holder
+	lockLost            // stolen, reaped, or released by Close
+)
+
+// Lock is a granted request. A Lock obtained in Request's callback must not
+// be used after the callback returns.
+type Lock struct {
+	m      *Manager
+	name   string
+	mode   Mode
+	ref    table.Ref
+	token  uint64
+	state  atomic.Uint32
+	stolen atomic.Bool // lost by a steal or reap (not by Close)
+
+	mu   sync.Mutex
+	lost chan struct{} // created lazily by Lost or the Request context
+	ctx  lockCtx
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (l *Lock) init(m *Manager, name string, mode Mode, ref table.Ref, token uint64) {
+	l.m, l.name, l.mode, l.ref, l.token = m, name, mode, ref, token
+	l.state.Store(lockHeld)
+	l.stolen.Store(false)
+	l.lost = nil
+	l.ctx = lockCtx{l: l}
+}
+
+// Name returns the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Mode returns the lock's mode.
+func (l *Lock) Mode() Mode { return l.mode }
+
+// Token returns the fencing token of this grant: strictly increasing per
+// name, across agents, deaths, steals and reuse of table entries, for the
+// life of the file.
+func (l *Lock) Token() uint64 { return l.token }
+
+// Lost returns a channel that is closed when the lock is stolen or
+// otherwise taken away (reaped, or released by Close).
+func (l *Lock) Lost() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost == nil {
+		if l.state.Load() == lockLost {
+			return closedChan
+		}
+		l.lost = make(chan struct{})
+	}
+	return l.lost
+}
+
+// markLost moves a held lock to lost and closes its channels. stolen says
+// whether it was taken away by someone else (steal, reap) rather than Close.
+func (l *Lock) markLost(stolen bool) bool {
+	if !l.state.CompareAndSwap(lockHeld, lockLost) {
+		return false
+	}
+	l.stolen.Store(stolen)
+	l.mu.Lock()
+	if l.lost != nil {
+		close(l.lost)
+	} else {
+		l.lost = closedChan
+	}
+	l.mu.Unlock()
+	return true
+}
+
+// Release releases the lock. A second Release, or one after the lock was
+// stolen or released by Close, returns an error (ErrReleased, ErrStolen or
+// ErrClosed) and never touches another holder's grant.
+func (l *Lock) Release() error {
+	if l == nil || l.m == nil {
+		return fmt.Errorf("%w: nil lock", ErrReleased)
+	}
+	m := l.m
+	if !l.state.CompareAndSwap(lockHeld, lockReleased) {
+		return l.notHeldErr()
+	}
+	m.held[l.ref.Slot].CompareAndSwap(l, nil)
+	if !m.enter() {
+		return fmt.Errorf("release %q: %w", l.name, ErrClosed)
+	}
+	var w table.Wakes
+	err := m.t.Release(m.a, l.ref, &w)
+	if !w.Empty() {
+		m.t.Deliver(&w, m.ringFn)
+	}
+	m.leave()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, table.ErrStolen), errors.Is(err, table.ErrNotHeld):
+		l.state.Store(lockLost)
+		l.stolen.Store(true)
+		return fmt.Errorf("release %q: %w", l.name, ErrStolen)
+	default:
+		return fmt.Errorf("release %q: %w", l.name, err)
+	}
+}
+
+func (l *Lock) notHeldErr() error {
+	if l.state.Load() == lockLost {
+		if l.stolen.Load() {
+			return fmt.Errorf("release %q: %w", l.name, ErrStolen)
+		}
+		return fmt.Errorf("release %q: %w", l.name, ErrClosed)
+	}
+	return fmt.Errorf("release %q: %w", l.name, ErrReleased)
+}
+
+// lockCtx is the context passed to Request's callback: its parent's values
+// and deadline, cancelled when the parent is or when the lock is lost. It
+// allocates nothing unless Done is called.
+type lockCtx struct {
+	l      *Lock
+	parent context.Context
+	done   chan struct{}
+	stop   func() bool
+	fire   func()
+}
+
+func (c *lockCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *lockCtx) Value(key any) any           { return c.parent.Value(key) }
+
+func (c *lockCtx) Err() error {
+	if c.l.state.Load() == lockLost {
+		return context.Canceled
+	}
+	return c.parent.Err()
+}
+
+func (c *lockCtx) Done() <-chan struct{} {
+	l := c.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.done != nil {
+		return c.done
+	}
+	if l.lost == nil {
+		if l.state.Load() == lockLost {
+			return closedChan
+		}
+		l.lost = make(chan struct{})
+	}
+	if c.parent.Done() == nil {
+		c.done = l.lost
+		return c.done
+	}
+	c.done = make(chan struct{})
+	done, lost := c.done, l.lost
+	var once sync.Once
+	fire := func() { once.Do(func() { close(done) }) }
+	c.fire = fire
+	c.stop = context.AfterFunc(c.parent, fire)
+	go func() {
+		select {
+		case <-lost:
+			fire()
+		case <-done:
+		}
+	}()
+	return c.done
+}
+
+// finish detaches the context from its parent when Request returns.
+func (c *lockCtx) finish() {
+	l := c.l
+	l.mu.Lock()
+	stop, fire := c.stop, c.fire
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+		fire() // so the helper goroutine exits
+	}
+}

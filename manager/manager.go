@@ -1,0 +1,251 @@
+package manager
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// OpenOptions configure Open. The geometry fields are used only when the file
+// is created; an existing file keeps its own. Zero fields take the defaults.
+type OpenOptions struct {
+	MaxResources int         // distinct names held or queued at once (default 4096)
+	MaxRequests  int         // held + pending requests at once, all agents together (default 32768)
+	MaxAgents    int         // open Managers at once, all processes together (default 256)
+	MaxNameLen   int         // bytes (default 256)
+	FileMode     os.FileMode // permission bits when created (default 0600)
+
+	// SpinLimit bounds how long a waiter at the head of a queue spins before
+	// parking (default 50µs; negative: never spin).
+	SpinLimit time.Duration
+}
+
+// Defaults used for zero OpenOptions fields.
+var (
+	DefaultMaxResources = table.DefaultGeometry.MaxResources
+	DefaultMaxRequests  = table.DefaultGeometry.MaxRequests
+	DefaultMaxAgents    = table.DefaultGeometry.MaxAgents
+	DefaultMaxNameLen   = table.DefaultGeometry.MaxNameLen
+)
+
+const defaultSpin = 50 * time.Microsecond
+
+// Manager is one agent of a lock table: the handle through which a process
+// requests, holds and releases locks. It is safe for concurrent use.
+type Manager struct {
+	t        *table.Table
+	a        *table.Agent
+	path     string
+	clientID string
+	spin     time.Duration
+
+	closed   atomic.Bool
+	inflight atomic.Int64  // table operations in progress (Close waits for them)
+	closing  chan struct{} // closed by Close: waiters give up
+
+	held []atomic.Pointer[Lock] // our granted locks, by slot
+
+	mu      sync.Mutex
+	waiters map[uint32]*waiter // our pending requests, by slot
+
+	bell      *doorbell
+	watch     *watcher
+	ringFn    func(agent uint32, nonce uint64)
+	stopOnce  sync.Once
+	bg        sync.WaitGroup
+	lastBell  atomic.Uint32
+	lastStl   atomic.Uint32
+	lastInWay atomic.Int64 // unix ns of the last reapHolders look
+
+	pool sync.Pool // *Lock for Request
+}
+
+// Open maps the lock table at path, creating it with the geometry in opts
+// when it does not exist, and registers the calling process as a new agent.
+// opts may be nil (defaults). Open also reaps agents whose process is gone,
+// and resets the agents of a table that outlived a reboot.
+func Open(path string, opts *OpenOptions) (*Manager, error) {
+	var o OpenOptions
+	if opts != nil {
+		o = *opts
+	}
+	g := table.Geometry{
+		MaxResources: orDefault(o.MaxResources, DefaultMaxResources),
+		MaxRequests:  orDefault(o.MaxRequests, DefaultMaxRequests),
+		MaxAgents:    orDefault(o.MaxAgents, DefaultMaxAgents),
+		MaxNameLen:   orDefault(o.MaxNameLen, DefaultMaxNameLen),
+	}
+	spin := o.SpinLimit
+	if spin == 0 {
+		spin = defaultSpin
+	}
+	t, _, err := table.Open(path, g, o.FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	var nb [8]byte
+	if _, err := rand.Read(nb[:]); err != nil {
+		t.Close()
+		return nil, err
+	}
+	nonce := binary.NativeEndian.Uint64(nb[:]) | 1
+	m := &Manager{
+		t:        t,
+		path:     path,
+		spin:     spin,
+		closing:  make(chan struct{}),
+		held:     make([]atomic.Pointer[Lock], t.Geometry().MaxRequests),
+		waiters:  map[uint32]*waiter{},
+		clientID: ClientIDOf(nonce),
+	}
+	m.pool.New = func() any { return new(Lock) }
+	m.bell, err = newDoorbell(t.Nonce(), nonce)
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("open %s: doorbell: %w", path, err)
+	}
+	m.ringFn = m.ring
+	t.SetRinger(m.ringFn)
+	err = table.Guard(func() error {
+		m.a, err = t.Register(table.Self(), nonce)
+		if err != nil {
+			return err
+		}
+		var w table.Wakes
+		_, err = t.ReapDead(m.a, &w)
+		t.Deliver(&w, m.ringFn)
+		if err == nil && t.StaleBoot() {
+			t.MarkBoot()
+		}
+		return err
+	})
+	if err != nil {
+		m.bell.close()
+		t.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	m.watch = newWatcher(m)
+	m.bg.Add(1)
+	go m.bellLoop()
+	return m, nil
+}
+
+func orDefault(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// ClientID is an opaque identifier, unique per Manager and stable for its life.
+func (m *Manager) ClientID() string { return m.clientID }
+
+// Path returns the table file's path.
+func (m *Manager) Path() string { return m.path }
+
+// Table exposes the underlying table (inspection and tests).
+func (m *Manager) Table() *table.Table { return m.t }
+
+// Agent exposes this Manager's agent record (inspection and tests).
+func (m *Manager) Agent() *table.Agent { return m.a }
+
+// Check runs the table's consistency checker on the live table.
+func (m *Manager) Check() error {
+	if !m.enter() {
+		return ErrClosed
+	}
+	defer m.leave()
+	return m.t.Check(m.a)
+}
+
+// enter marks a table operation in progress; false if the Manager is closed.
+func (m *Manager) enter() bool {
+	m.inflight.Add(1)
+	if m.closed.Load() {
+		m.inflight.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (m *Manager) leave() { m.inflight.Add(-1) }
+
+// Close releases every lock the Manager holds (their Lost channels close and
+// a later Release returns an error), aborts its pending requests with
+// ErrClosed, deregisters the agent and unmaps the table. A second Close
+// returns nil.
+func (m *Manager) Close() error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	close(m.closing)
+	for m.inflight.Load() != 0 {
+		time.Sleep(10 * time.Microsecond)
+	}
+	m.watch.stop()
+	m.bell.close()
+	m.bg.Wait()
+	var w table.Wakes
+	err := table.Guard(func() error {
+		err := m.t.Deregister(m.a, &w)
+		m.t.Deliver(&w, m.ringFn)
+		return err
+	})
+	for i := range m.held {
+		if l := m.held[i].Swap(nil); l != nil {
+			l.markLost(false)
+		}
+	}
+	m.bell.closeSender()
+	if cerr := m.t.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ring is called by Deliver for an agent that must be woken.
+func (m *Manager) ring(agent uint32, nonce uint64) {
+	if m.a != nil && agent == m.a.Idx {
+		m.scan(false)
+		return
+	}
+	m.bell.ring(nonce)
+}
+
+// reap reaps every dead agent, delivering the wakes.
+func (m *Manager) reap() error {
+	if !m.enter() {
+		return ErrClosed
+	}
+	defer m.leave()
+	return table.Guard(func() error {
+		var w table.Wakes
+		_, err := m.t.ReapDead(m.a, &w)
+		m.t.Deliver(&w, m.ringFn)
+		return err
+	})
+}
+
+// reapOne reaps agent idx if it is dead.
+func (m *Manager) reapOne(idx uint32) {
+	if !m.enter() {
+		return
+	}
+	defer m.leave()
+	table.Guard(func() error {
+		dead, word := m.t.AgentDeadWord(idx)
+		if !dead {
+			return nil
+		}
+		var w table.Wakes
+		err := m.t.Reap(m.a, idx, word, &w)
+		m.t.Deliver(&w, m.ringFn)
+		return err
+	})
+}

@@ -1,0 +1,292 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// RequestOptions select the mode and the Web Locks options of a request.
+type RequestOptions struct {
+	Mode        Mode
+	IfAvailable bool // grant only without waiting, else report not available
+	Steal       bool // release every held lock on the name and grant this one first
+}
+
+// Request waits until the lock is granted, runs fn while holding it, releases
+// it and returns fn's error. ctx aborts the wait (the Web Locks "signal").
+// With IfAvailable and the lock not grantable at once, fn runs with l == nil.
+// fn's ctx is cancelled when the lock is stolen or lost; Request then returns
+// an error that errors.Is(err, ErrStolen) (joined with fn's own error, if any).
+// l must not be used after fn returns.
+func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
+	fn func(ctx context.Context, l *Lock) error) error {
+	l := m.pool.Get().(*Lock)
+	err := m.acquire(ctx, name, opts, l)
+	if err != nil {
+		m.pool.Put(l)
+		if errors.Is(err, ErrNotAvailable) {
+			return fn(ctx, nil)
+		}
+		return err
+	}
+	l.ctx.parent = ctx
+	ferr := fn(&l.ctx, l)
+	l.ctx.finish()
+	rerr := l.Release()
+	if rerr == nil && l.state.Load() == lockReleased {
+		m.pool.Put(l)
+		return ferr
+	}
+	if errors.Is(rerr, ErrReleased) {
+		// fn released the lock itself.
+		m.pool.Put(l)
+		return ferr
+	}
+	// Stolen, reaped or closed under fn: report it with fn's own error. The
+	// Lock is not reused, in case fn kept it.
+	return errors.Join(rerr, ferr)
+}
+
+// Acquire is the handle form of Request; the caller must Release.
+// With IfAvailable and the lock not grantable at once: (nil, ErrNotAvailable).
+func (m *Manager) Acquire(ctx context.Context, name string, opts RequestOptions) (*Lock, error) {
+	l := new(Lock)
+	if err := m.acquire(ctx, name, opts, l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// validate applies the contract's order: closed, then name and options, then ctx.
+func (m *Manager) validate(ctx context.Context, name string, opts RequestOptions) error {
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	if len(name) > 0 && name[0] == '-' {
+		return fmt.Errorf("%w: lock name %q starts with '-'", ErrNotSupported, name)
+	}
+	if max := m.t.Geometry().MaxNameLen; len(name) > max {
+		return fmt.Errorf("%w: lock name of %d bytes is longer than MaxNameLen %d", ErrNotSupported, len(name), max)
+	}
+	if opts.Mode != Exclusive && opts.Mode != Shared {
+		return fmt.Errorf("%w: mode %d", ErrNotSupported, int(opts.Mode))
+	}
+	if opts.Steal && opts.IfAvailable {
+		return fmt.Errorf("%w: Steal with IfAvailable (lock %q)", ErrNotSupported, name)
+	}
+	if opts.Steal && opts.Mode == Shared {
+		return fmt.Errorf("%w: Steal with Shared mode (lock %q)", ErrNotSupported, name)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: lock %q: %w", ErrAborted, name, err)
+	}
+	return nil
+}
+
+func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions, l *Lock) error {
+	if err := m.validate(ctx, name, opts); err != nil {
+		return err
+	}
+	if !m.enter() {
+		return ErrClosed
+	}
+	var w table.Wakes
+	h := table.Hash(name)
+	ref, out, token, err := m.t.Acquire(m.a, name, h, uint32(opts.Mode), opts.IfAvailable, opts.Steal, &w)
+	if out == table.NotAvailable && err == nil && m.reapHolders(name, h) {
+		// A holder in the way was dead: it has been reaped, try once more.
+		ref, out, token, err = m.t.Acquire(m.a, name, h, uint32(opts.Mode), opts.IfAvailable, opts.Steal, &w)
+	}
+	if !w.Empty() {
+		m.t.Deliver(&w, m.ringFn)
+	}
+	m.leave()
+	if err != nil {
+		return fmt.Errorf("lock %q: %w", name, err)
+	}
+	switch out {
+	case table.NotAvailable:
+		return fmt.Errorf("lock %q: %w", name, ErrNotAvailable)
+	case table.Queued:
+		token, err = m.wait(ctx, name, ref)
+		if err != nil {
+			return err
+		}
+	}
+	l.init(m, name, opts.Mode, ref, token)
+	m.held[ref.Slot].Store(l)
+	// A steal between the grant and the registration would have found no Lock
+	// to notify: look once more.
+	if st, _, ok := m.t.Status(m.a, ref); !ok || st != table.SlotHeld {
+		m.lose(l)
+	}
+	return nil
+}
+
+// reapHolders reaps the dead agents among name's holders and queue, so that
+// an if-available request does not fail because of a process that is gone.
+// It looks at most once a millisecond per Manager (a liveness check reads
+// /proc) and reports whether it reaped anyone.
+func (m *Manager) reapHolders(name string, h uint64) bool {
+	now := time.Now().UnixNano()
+	last := m.lastInWay.Load()
+	if now-last < int64(time.Millisecond) || !m.lastInWay.CompareAndSwap(last, now) {
+		return false
+	}
+	agents := m.t.AgentsInWay(m.a, name, h)
+	reaped := false
+	var w table.Wakes
+	for _, idx := range agents {
+		if dead, word := m.t.AgentDeadWord(idx); dead {
+			if m.t.Reap(m.a, idx, word, &w) == nil {
+				reaped = true
+			}
+		}
+	}
+	m.t.Deliver(&w, m.ringFn)
+	return reaped
+}
+
+// waiter is a goroutine waiting for its request to be granted.
+type waiter struct {
+	ref table.Ref
+	ch  chan struct{} // buffered(1): "look at your slot again"
+}
+
+// wait blocks until ref is granted, ctx ends or the Manager closes.
+//
+// A request first spins on its own slot word for up to the spin limit (the
+// grant usually lands within a critical section or two), yielding the
+// processor between looks; then it parks on a channel. Before parking it
+// raises the agent's parked count and looks once more: a granter sets the
+// slot HELD before it reads the parked count, so either the granter sees the
+// count and rings the doorbell, or the waiter sees the grant (no lost wake-up;
+// all the words are sequentially consistent atomics).
+func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
+	if m.spin > 0 {
+		deadline := time.Now().Add(m.spin)
+		for i := 0; ; i++ {
+			st, token, ok := m.t.Status(m.a, ref)
+			if ok && st == table.SlotHeld {
+				return token, nil
+			}
+			if !ok || st != table.SlotWaiting {
+				break
+			}
+			if i&15 == 15 && time.Now().After(deadline) {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	w := &waiter{ref: ref, ch: make(chan struct{}, 1)}
+	m.mu.Lock()
+	m.waiters[ref.Slot] = w
+	m.mu.Unlock()
+	parked := m.a.Parked()
+	atomic.AddUint32(parked, 1)
+	m.watch.kick()
+	defer func() {
+		m.mu.Lock()
+		delete(m.waiters, ref.Slot)
+		m.mu.Unlock()
+	}()
+	for {
+		if !m.enter() {
+			atomic.AddUint32(parked, ^uint32(0))
+			return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
+		}
+		st, token, ok := m.t.Status(m.a, ref)
+		m.leave()
+		switch {
+		case ok && st == table.SlotHeld:
+			atomic.AddUint32(parked, ^uint32(0))
+			return token, nil
+		case ok && st == table.SlotWaiting:
+		case ok && st == table.SlotStolen:
+			// Granted and stolen before we looked: we never held it usefully.
+			m.t.FreeStolen(m.a, ref)
+			atomic.AddUint32(parked, ^uint32(0))
+			return 0, fmt.Errorf("lock %q: %w", name, ErrStolen)
+		default:
+			atomic.AddUint32(parked, ^uint32(0))
+			return 0, fmt.Errorf("lock %q: request removed from the table (agent reaped?): %w", name, ErrStolen)
+		}
+		select {
+		case <-w.ch:
+		case <-m.closing:
+		case <-ctx.Done():
+			atomic.AddUint32(parked, ^uint32(0))
+			return m.abort(ctx, name, ref)
+		}
+	}
+}
+
+// abort withdraws a waiting request whose ctx ended. A grant that raced with
+// the cancellation wins (as in Web Locks: abort after grant does nothing), so
+// the caller receives the lock and must release it; nothing is leaked either way.
+func (m *Manager) abort(ctx context.Context, name string, ref table.Ref) (uint64, error) {
+	if !m.enter() {
+		return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
+	}
+	var w table.Wakes
+	out, token, err := m.t.Abort(m.a, ref, &w)
+	if !w.Empty() {
+		m.t.Deliver(&w, m.ringFn)
+	}
+	m.leave()
+	if err == nil && out == table.Granted {
+		return token, nil
+	}
+	return 0, fmt.Errorf("%w: lock %q: %w", ErrAborted, name, ctx.Err())
+}
+
+// scan looks at every waiting request and held lock of this Manager: wakes
+// the waiters whose slot changed and marks lost the locks that were stolen.
+// With force it looks even if the sequence words did not change.
+func (m *Manager) scan(force bool) {
+	bell := atomic.LoadUint32(m.a.Bell())
+	if m.lastBell.Swap(bell) != bell || force {
+		m.mu.Lock()
+		for _, w := range m.waiters {
+			if st, _, ok := m.t.Status(m.a, w.ref); !ok || st != table.SlotWaiting {
+				select {
+				case w.ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+		m.mu.Unlock()
+	}
+	stl := atomic.LoadUint32(m.a.StealSeq())
+	if m.lastStl.Swap(stl) != stl || force {
+		m.scanHeld()
+	}
+}
+
+// scanHeld marks lost every registered lock whose slot is no longer held by us.
+func (m *Manager) scanHeld() {
+	for i := range m.held {
+		l := m.held[i].Load()
+		if l == nil {
+			continue
+		}
+		if st, _, ok := m.t.Status(m.a, l.ref); !ok || st != table.SlotHeld {
+			m.lose(l)
+		}
+	}
+}
+
+// lose marks l lost because its slot was stolen or reaped, and frees a stolen slot.
+func (m *Manager) lose(l *Lock) {
+	if l.markLost(true) {
+		m.held[l.ref.Slot].CompareAndSwap(l, nil)
+		m.t.FreeStolen(m.a, l.ref)
+	}
+}

@@ -1,0 +1,276 @@
+package table
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Agent is this process's handle on one registered agent record. One
+// Manager is one agent; a process may have several.
+type Agent struct {
+	t     *Table
+	Idx   uint32
+	word  uint64 // our ALIVE agent word
+	Nonce uint64
+
+	latching  atomic.Int32  // goroutines of this agent holding or acquiring a latch
+	slotHint  atomic.Uint32 // where to look for a free slot first
+	entryHint atomic.Uint32 // where to look for a free entry first
+}
+
+// Register claims a free agent record for identity id. The record is claimed
+// with one CAS whose value already carries the PID and the low 24 bits of the
+// start time, so a crash right after the claim leaves a record that anyone can
+// recognise as dead.
+func (t *Table) Register(id Identity, nonce uint64) (*Agent, error) {
+	n := uint32(t.l.MaxAgents)
+	start := uint32(id.PID) % n
+	claimed := agentWord(id.PID, id.Start, AgentRegistering)
+	for i := uint32(0); i < n; i++ {
+		idx := (start + i) % n
+		wp := t.u64(t.agentOff(idx) + agWord)
+		if atomic.LoadUint64(wp) != 0 || !atomic.CompareAndSwapUint64(wp, 0, claimed) {
+			continue
+		}
+		crash("agent.claimed")
+		off := t.agentOff(idx)
+		atomic.StoreUint64(t.u64(off+agStart), id.Start)
+		atomic.StoreUint64(t.u64(off+agBoot), id.Boot)
+		atomic.StoreUint64(t.u64(off+agNonce), nonce)
+		atomic.StoreUint32(t.u32(off+agParked), 0)
+		atomic.StoreUint64(t.u64(off+agSince), uint64(time.Now().UnixNano()))
+		alive := agentWord(id.PID, id.Start, AgentAlive)
+		if !atomic.CompareAndSwapUint64(wp, claimed, alive) {
+			return nil, ErrAgentGone
+		}
+		crash("agent.alive")
+		a := &Agent{t: t, Idx: idx, word: alive, Nonce: nonce}
+		a.slotHint.Store(uint32(uint64(idx) * uint64(t.l.MaxRequests) / uint64(n)))
+		a.entryHint.Store(uint32(uint64(idx) * uint64(t.l.MaxResources) / uint64(n)))
+		return a, nil
+	}
+	return nil, fullf("agents", int(n))
+}
+
+// Valid reports whether a's record still belongs to a (it was not reaped by
+// someone who believed this process dead).
+func (a *Agent) Valid() bool {
+	return atomic.LoadUint64(a.t.u64(a.t.agentOff(a.Idx)+agWord)) == a.word
+}
+
+// Bell, Parked and StealSeq are the agent's doorbell words (see docs/design.md).
+func (a *Agent) Bell() *uint32     { return a.t.u32(a.t.agentOff(a.Idx) + agBell) }
+func (a *Agent) Parked() *uint32   { return a.t.u32(a.t.agentOff(a.Idx) + agParked) }
+func (a *Agent) StealSeq() *uint32 { return a.t.u32(a.t.agentOff(a.Idx) + agStealSeq) }
+
+// Deregister releases everything the agent holds, removes everything it
+// waits for (granting whoever can now go) and frees its record. Wakes for
+// other agents are collected in w.
+func (t *Table) Deregister(a *Agent, w *Wakes) error {
+	if !a.Valid() {
+		return ErrAgentGone
+	}
+	if err := t.removeAgentSlots(a, a.Idx, a.word, w); err != nil {
+		return err
+	}
+	crash("deregister.released")
+	if !atomic.CompareAndSwapUint64(t.u64(t.agentOff(a.Idx)+agWord), a.word, 0) {
+		return ErrAgentGone
+	}
+	return nil
+}
+
+// agentDead reads agent record idx and reports whether it names a process
+// that is gone (exited, zombie, PID recycled, other boot). A free record is
+// not dead (there is nothing to reap). word is the value the verdict is for.
+func (t *Table) agentDead(idx uint32) (dead bool, word uint64) {
+	off := t.agentOff(idx)
+	word = atomic.LoadUint64(t.u64(off + agWord))
+	switch wordState(word) {
+	case AgentFree:
+		return false, word
+	case AgentRegistering:
+		pid := agentWordPID(word)
+		if !Alive(Identity{PID: pid, Boot: selfIdentity.Boot}) {
+			return true, word
+		}
+		if s := ProcessStart(pid); s != 0 && s&0xFFFFFF != agentWordStart24(word) {
+			return true, word
+		}
+		return false, word
+	case AgentAlive:
+		id := Identity{
+			PID:   agentWordPID(word),
+			Start: atomic.LoadUint64(t.u64(off + agStart)),
+			Boot:  atomic.LoadUint64(t.u64(off + agBoot)),
+		}
+		return !Alive(id), word
+	default:
+		return true, word // garbage state: reap it
+	}
+}
+
+// ReapDead checks every agent record and reaps those whose process is gone.
+// It returns how many it reaped.
+func (t *Table) ReapDead(a *Agent, w *Wakes) (int, error) {
+	n := 0
+	for idx := uint32(0); idx < uint32(t.l.MaxAgents); idx++ {
+		if idx == a.Idx {
+			continue
+		}
+		if dead, word := t.agentDead(idx); dead {
+			if err := t.Reap(a, idx, word, w); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// AgentDeadWord reports whether agent record idx names a dead process, and
+// the record's word the verdict is for (pass it to Reap).
+func (t *Table) AgentDeadWord(idx uint32) (bool, uint64) {
+	if idx >= uint32(t.l.MaxAgents) {
+		return false, 0
+	}
+	return t.agentDead(idx)
+}
+
+// AgentDead reports whether agent record idx names a dead process.
+func (t *Table) AgentDead(idx uint32) bool {
+	if idx >= uint32(t.l.MaxAgents) {
+		return false
+	}
+	dead, _ := t.agentDead(idx)
+	return dead
+}
+
+// Reap removes everything of the dead agent idx whose record held word:
+// first the latches it held (taken over and repaired), then every slot it
+// owned (held ones released, granting the next waiters; waiting ones
+// removed), then its record. Every step is idempotent, so a reaper that dies
+// halfway is simply followed by another.
+func (t *Table) Reap(a *Agent, idx uint32, word uint64, w *Wakes) error {
+	if idx >= uint32(t.l.MaxAgents) || idx == a.Idx {
+		return nil
+	}
+	wp := t.u64(t.agentOff(idx) + agWord)
+	for b := uint32(0); b < t.l.buckets; b++ {
+		lw := t.latchWord(b)
+		v := atomic.LoadUint32(lw)
+		if v&latchOwner != idx+1 || atomic.LoadUint64(wp) != word {
+			continue
+		}
+		a.latching.Add(1)
+		if atomic.CompareAndSwapUint32(lw, v, a.Idx+1|v&latchWaiters) {
+			t.repair(a, b, w)
+			t.unlatch(a, b)
+		} else {
+			a.latching.Add(-1)
+		}
+	}
+	crash("reap.latches")
+	if err := t.removeAgentSlots(a, idx, word, w); err != nil {
+		return err
+	}
+	crash("reap.slots")
+	if atomic.CompareAndSwapUint64(wp, word, 0) {
+		atomic.AddUint64(t.u64(hdrReaps), 1)
+	}
+	return nil
+}
+
+// removeAgentSlots frees every slot owned by agent idx while its record still
+// holds word. Waiting and held slots are removed under their bucket's latch
+// (re-processing the queue); claimed and stolen slots are in no list and are
+// freed by CAS.
+func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) error {
+	wp := t.u64(t.agentOff(idx) + agWord)
+	for s := uint32(0); s < uint32(t.l.MaxRequests); s++ {
+		sp := t.u64(t.slotOff(s) + slWord)
+		for tries := 0; ; tries++ {
+			sw := atomic.LoadUint64(sp)
+			if wordAgent(sw) != idx || wordState(sw) == SlotFree || atomic.LoadUint64(wp) != word {
+				break
+			}
+			if tries > 1000 {
+				return corruptf("slot state", sw, "slot %d of agent %d keeps changing", s, idx)
+			}
+			switch wordState(sw) {
+			case SlotClaimed, SlotStolen:
+				atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), idx, SlotFree))
+				continue
+			case SlotWaiting, SlotHeld:
+				e := atomic.LoadUint32(t.u32(t.slotOff(s)+slEntry)) - 1
+				if e >= uint32(t.l.MaxResources) {
+					// Not attached to a valid entry: in no list we can reach. Free it.
+					atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), idx, SlotFree))
+					continue
+				}
+				b := atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) - 1
+				if b >= t.l.buckets {
+					atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), idx, SlotFree))
+					continue
+				}
+				t.latch(a, b, w)
+				if atomic.LoadUint64(sp) == sw && atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) == b+1 &&
+					atomic.LoadUint64(wp) == word {
+					t.removeSlot(s, sw, e, b, w)
+				}
+				t.unlatch(a, b)
+				crash("reap.slot")
+			default:
+				atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), idx, SlotFree))
+			}
+		}
+	}
+	return nil
+}
+
+// AgentInfo describes one agent record (for Query, dump and tests).
+type AgentInfo struct {
+	Index    uint32
+	State    uint8
+	PID      int
+	Start    uint64
+	Boot     uint64
+	Nonce    uint64
+	Since    time.Time
+	Parked   uint32
+	Bell     uint32
+	StealSeq uint32
+}
+
+// Agents lists the non-free agent records.
+func (t *Table) Agents() []AgentInfo {
+	var out []AgentInfo
+	for idx := uint32(0); idx < uint32(t.l.MaxAgents); idx++ {
+		off := t.agentOff(idx)
+		word := atomic.LoadUint64(t.u64(off + agWord))
+		if wordState(word) == AgentFree {
+			continue
+		}
+		out = append(out, t.agentInfo(idx, word))
+	}
+	return out
+}
+
+func (t *Table) agentInfo(idx uint32, word uint64) AgentInfo {
+	off := t.agentOff(idx)
+	return AgentInfo{
+		Index:    idx,
+		State:    wordState(word),
+		PID:      agentWordPID(word),
+		Start:    atomic.LoadUint64(t.u64(off + agStart)),
+		Boot:     atomic.LoadUint64(t.u64(off + agBoot)),
+		Nonce:    atomic.LoadUint64(t.u64(off + agNonce)),
+		Since:    time.Unix(0, int64(atomic.LoadUint64(t.u64(off+agSince)))),
+		Parked:   atomic.LoadUint32(t.u32(off + agParked)),
+		Bell:     atomic.LoadUint32(t.u32(off + agBell)),
+		StealSeq: atomic.LoadUint32(t.u32(off + agStealSeq)),
+	}
+}
+
+// Word returns the agent word that AgentInfo describes (for change detection).
+func (ai AgentInfo) Word() uint64 { return agentWord(ai.PID, ai.Start, ai.State) }

@@ -1,0 +1,113 @@
+package table
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/shmlocks/shmlocks/futex"
+)
+
+// The bucket latch serialises every change to the chain, entries, queues and
+// held lists of one bucket. It is held for a few hundred nanoseconds at a
+// time and never across a wait for a lock.
+//
+// Latch word (bucket offset 0, a futex word):
+//
+//	0                          free
+//	owner+1 [| latchWaiters]   held by agent index owner; waiters bit set
+//	                           by anyone about to sleep on the futex
+//
+// Written by: the acquirer (CAS 0 -> me), the holder (Swap -> 0, then a
+// futex wake if the waiters bit was set), a sleeper (CAS to set the waiters
+// bit), and a taker-over (CAS from a dead owner's value to itself, followed
+// by a rebuild of the bucket from its slots: see repair).
+const (
+	latchSpins        = 64                     // Gosched spins before sleeping on the futex
+	latchCheckAfter   = 1 * time.Millisecond   // owner liveness is checked once the wait is this long
+	latchMaxSleep     = 16 * time.Millisecond  // futex sleeps grow up to this, re-checking the owner each time
+	latchInitialSleep = 250 * time.Microsecond // first futex sleep
+)
+
+func (t *Table) latchWord(b uint32) *uint32 { return t.u32(t.bucketOff(b) + bkLatch) }
+
+// latch acquires bucket b's latch for agent a. If the latch was left held by a
+// dead agent it is taken over and the bucket is rebuilt (wakes collected in w).
+func (t *Table) latch(a *Agent, b uint32, w *Wakes) {
+	lw := t.latchWord(b)
+	me := a.Idx + 1
+	a.latching.Add(1)
+	if atomic.CompareAndSwapUint32(lw, 0, me) {
+		crash("latch.acquired")
+		return
+	}
+	t.latchSlow(a, b, lw, me, w)
+	crash("latch.acquired")
+}
+
+func (t *Table) latchSlow(a *Agent, b uint32, lw *uint32, me uint32, w *Wakes) {
+	var begin, lastCheck time.Time
+	sleep := latchInitialSleep
+	for i := 0; ; i++ {
+		v := atomic.LoadUint32(lw)
+		if v&latchOwner == 0 {
+			if atomic.CompareAndSwapUint32(lw, v, me|v&latchWaiters) {
+				return
+			}
+			continue
+		}
+		if i < latchSpins {
+			runtime.Gosched()
+			continue
+		}
+		now := time.Now()
+		if begin.IsZero() {
+			begin, lastCheck = now, now
+		}
+		if now.Sub(begin) >= latchCheckAfter && now.Sub(lastCheck) >= sleep/2 {
+			lastCheck = now
+			if t.latchOwnerDead(a, v&latchOwner-1) {
+				if atomic.CompareAndSwapUint32(lw, v, me|v&latchWaiters) {
+					t.repair(a, b, w)
+					return
+				}
+				continue
+			}
+		}
+		if v&latchWaiters == 0 {
+			if !atomic.CompareAndSwapUint32(lw, v, v|latchWaiters) {
+				continue
+			}
+			v |= latchWaiters
+		}
+		futex.Wait(lw, v, sleep)
+		if sleep < latchMaxSleep {
+			sleep *= 2
+		}
+	}
+}
+
+// unlatch releases bucket b's latch and wakes its sleepers, if any.
+func (t *Table) unlatch(a *Agent, b uint32) {
+	lw := t.latchWord(b)
+	old := atomic.SwapUint32(lw, 0)
+	a.latching.Add(-1)
+	if old&latchWaiters != 0 {
+		futex.Wake(lw, 1<<30)
+	}
+}
+
+// latchOwnerDead decides whether a latch owner can be taken over: an owner
+// index out of range or of a free agent record is garbage; our own index is
+// garbage only when none of our goroutines holds or is acquiring a latch;
+// any other owner is dead when its identity no longer names a live process.
+func (t *Table) latchOwnerDead(a *Agent, owner uint32) bool {
+	if owner >= uint32(t.l.MaxAgents) {
+		return true
+	}
+	if owner == a.Idx {
+		return a.latching.Load() <= 1
+	}
+	dead, _ := t.agentDead(owner)
+	return dead
+}

@@ -1,0 +1,566 @@
+package table
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// Ref names one request of this process: its slot, the slot's serial at
+// claim time (so a reused slot is never mistaken for ours) and the bucket of
+// its name.
+type Ref struct {
+	Slot   uint32
+	Serial uint32
+	Bucket uint32
+}
+
+// Wakes collects the agents to notify after a table operation: those that
+// were granted a request and those whose holds were stolen. The caller
+// delivers them (Deliver) after the latch is released.
+type Wakes struct {
+	n        int
+	agents   [8]uint32
+	steals   uint8
+	all      bool
+	allSteal bool
+}
+
+func (w *Wakes) add(agent uint32, steal bool) {
+	for i := 0; i < w.n; i++ {
+		if w.agents[i] == agent {
+			if steal {
+				w.steals |= 1 << i
+			}
+			return
+		}
+	}
+	if w.n == len(w.agents) {
+		w.all = true
+		w.allSteal = w.allSteal || steal
+		return
+	}
+	w.agents[w.n] = agent
+	if steal {
+		w.steals |= 1 << w.n
+	}
+	w.n++
+}
+
+// Empty reports whether there is nobody to notify.
+func (w *Wakes) Empty() bool { return w.n == 0 && !w.all }
+
+// Deliver bumps the doorbell sequence of every agent in w (and its steal
+// sequence for steals) and calls ring for each one that has parked
+// goroutines or was stolen from (ring nil: the table's ringer). w is reset.
+func (t *Table) Deliver(w *Wakes, ring func(agent uint32, nonce uint64)) {
+	if w.Empty() {
+		return
+	}
+	if ring == nil {
+		if r := t.ringer.Load(); r != nil {
+			ring = *r
+		}
+	}
+	if w.all {
+		for idx := uint32(0); idx < uint32(t.l.MaxAgents); idx++ {
+			if wordState(atomic.LoadUint64(t.u64(t.agentOff(idx)+agWord))) == AgentAlive {
+				t.ring(idx, w.allSteal, ring)
+			}
+		}
+	} else {
+		for i := 0; i < w.n; i++ {
+			t.ring(w.agents[i], w.steals&(1<<i) != 0, ring)
+		}
+	}
+	*w = Wakes{}
+}
+
+func (t *Table) ring(idx uint32, steal bool, ring func(agent uint32, nonce uint64)) {
+	if idx >= uint32(t.l.MaxAgents) {
+		return
+	}
+	off := t.agentOff(idx)
+	atomic.AddUint32(t.u32(off+agBell), 1)
+	if steal {
+		atomic.AddUint32(t.u32(off+agStealSeq), 1)
+	}
+	if (steal || atomic.LoadUint32(t.u32(off+agParked)) > 0) && ring != nil {
+		ring(idx, atomic.LoadUint64(t.u64(off+agNonce)))
+	}
+}
+
+// SetRinger sets the ring function Deliver uses when given none (the
+// Manager's doorbell), for operations that notify from inside the table.
+func (t *Table) SetRinger(ring func(agent uint32, nonce uint64)) { t.ringer.Store(&ring) }
+
+// Outcome of Acquire.
+type Outcome int
+
+const (
+	Granted      Outcome = iota // the request holds the lock
+	Queued                      // the request waits in the queue
+	NotAvailable                // if-available and not grantable: nothing was queued
+)
+
+// Acquire claims a slot for agent a and requests name (hash h) in mode.
+// With steal, every holder is marked STOLEN and the request is granted at
+// once, ahead of the queue. With ifAvailable, the request is granted only if
+// it is grantable at once; otherwise nothing is left behind.
+func (t *Table) Acquire(a *Agent, name string, h uint64, mode uint32, ifAvailable, steal bool, w *Wakes) (Ref, Outcome, uint64, error) {
+	now := nowNano()
+	s, serial, err := t.claimSlot(a)
+	if err != nil {
+		return Ref{}, NotAvailable, 0, err
+	}
+	b := t.BucketOf(h)
+	ref := Ref{Slot: s, Serial: serial, Bucket: b}
+	t.latch(a, b, w)
+	e, err := t.findEntry(b, name, h)
+	if err == nil && e == noEntry {
+		e, err = t.allocEntry(a, b, name, h, now)
+	}
+	if err != nil {
+		t.unlatch(a, b)
+		t.freeClaimed(s, serial, a.Idx)
+		return Ref{}, NotAvailable, 0, err
+	}
+	so := t.slotOff(s)
+	atomic.StoreUint32(t.u32(so+slEntry), e+1)
+	atomic.StoreUint32(t.u32(so+slMode), mode)
+	var flags uint32
+	if steal {
+		flags = flagSteal
+	}
+	atomic.StoreUint32(t.u32(so+slFlags), flags)
+	atomic.StoreUint64(t.u64(so+slEnqueue), uint64(now))
+	eo := t.entryOff(e)
+	out := Granted
+	var token uint64
+	switch {
+	case steal:
+		t.stealHolders(e, w)
+		token = t.grant(s, e, mode, now)
+		crash("steal.granted")
+	case t.grantable(eo, mode):
+		token = t.grant(s, e, mode, now)
+	case ifAvailable:
+		out = NotAvailable
+	default:
+		t.enqueue(s, e)
+		out = Queued
+	}
+	if out == NotAvailable {
+		t.maybeFreeEntry(e, b)
+		t.unlatch(a, b)
+		t.freeClaimed(s, serial, a.Idx)
+		return Ref{}, NotAvailable, 0, nil
+	}
+	t.unlatch(a, b)
+	return ref, out, token, nil
+}
+
+// Status reads the state of request r without the latch (for waiters). ok is
+// false when the slot no longer belongs to r (freed by a reaper or reused).
+func (t *Table) Status(a *Agent, r Ref) (state uint8, token uint64, ok bool) {
+	if r.Slot >= uint32(t.l.MaxRequests) {
+		return 0, 0, false
+	}
+	so := t.slotOff(r.Slot)
+	sw := atomic.LoadUint64(t.u64(so + slWord))
+	if wordSerial(sw) != r.Serial || wordAgent(sw) != a.Idx || wordState(sw) == SlotFree {
+		return 0, 0, false
+	}
+	st := wordState(sw)
+	if st == SlotHeld {
+		token = atomic.LoadUint64(t.u64(so + slToken))
+	}
+	return st, token, true
+}
+
+// Release gives up held request r. It returns ErrStolen if the request was
+// stolen (the slot is freed, nothing else is touched) and ErrNotHeld if it is
+// not held by a (released already, reaped, or never granted).
+func (t *Table) Release(a *Agent, r Ref, w *Wakes) error {
+	if r.Slot >= uint32(t.l.MaxRequests) || r.Bucket >= t.l.buckets {
+		return ErrNotHeld
+	}
+	sp := t.u64(t.slotOff(r.Slot) + slWord)
+	sw := atomic.LoadUint64(sp)
+	if wordSerial(sw) != r.Serial || wordAgent(sw) != a.Idx {
+		return ErrNotHeld
+	}
+	switch wordState(sw) {
+	case SlotStolen:
+		if atomic.CompareAndSwapUint64(sp, sw, slotWord(r.Serial, a.Idx, SlotFree)) {
+			return ErrStolen
+		}
+		return ErrNotHeld
+	case SlotHeld:
+	default:
+		return ErrNotHeld
+	}
+	t.latch(a, r.Bucket, w)
+	sw = atomic.LoadUint64(sp)
+	if sw != slotWord(r.Serial, a.Idx, SlotHeld) {
+		t.unlatch(a, r.Bucket)
+		if sw == slotWord(r.Serial, a.Idx, SlotStolen) && atomic.CompareAndSwapUint64(sp, sw, slotWord(r.Serial, a.Idx, SlotFree)) {
+			return ErrStolen
+		}
+		return ErrNotHeld
+	}
+	e := atomic.LoadUint32(t.u32(t.slotOff(r.Slot)+slEntry)) - 1
+	if e >= uint32(t.l.MaxResources) || atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != r.Bucket+1 {
+		t.unlatch(a, r.Bucket)
+		return corruptf("slot entry", e+1, "slot %d is held but its entry is not live in bucket %d", r.Slot, r.Bucket)
+	}
+	t.removeSlot(r.Slot, sw, e, r.Bucket, w)
+	t.unlatch(a, r.Bucket)
+	return nil
+}
+
+// Abort withdraws waiting request r. If it was granted meanwhile, Abort
+// leaves it held and returns Granted with its token; the caller owns it.
+// If it was granted and then stolen, the slot is freed and ErrStolen returned.
+func (t *Table) Abort(a *Agent, r Ref, w *Wakes) (Outcome, uint64, error) {
+	if r.Slot >= uint32(t.l.MaxRequests) || r.Bucket >= t.l.buckets {
+		return NotAvailable, 0, ErrNotHeld
+	}
+	sp := t.u64(t.slotOff(r.Slot) + slWord)
+	t.latch(a, r.Bucket, w)
+	sw := atomic.LoadUint64(sp)
+	if wordSerial(sw) != r.Serial || wordAgent(sw) != a.Idx {
+		t.unlatch(a, r.Bucket)
+		return NotAvailable, 0, ErrNotHeld
+	}
+	switch wordState(sw) {
+	case SlotHeld:
+		token := atomic.LoadUint64(t.u64(t.slotOff(r.Slot) + slToken))
+		t.unlatch(a, r.Bucket)
+		return Granted, token, nil
+	case SlotStolen:
+		atomic.CompareAndSwapUint64(sp, sw, slotWord(r.Serial, a.Idx, SlotFree))
+		t.unlatch(a, r.Bucket)
+		return NotAvailable, 0, ErrStolen
+	case SlotWaiting:
+	default:
+		t.unlatch(a, r.Bucket)
+		return NotAvailable, 0, ErrNotHeld
+	}
+	e := atomic.LoadUint32(t.u32(t.slotOff(r.Slot)+slEntry)) - 1
+	if e >= uint32(t.l.MaxResources) || atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != r.Bucket+1 {
+		t.unlatch(a, r.Bucket)
+		return NotAvailable, 0, corruptf("slot entry", e+1, "slot %d waits but its entry is not live in bucket %d", r.Slot, r.Bucket)
+	}
+	t.removeSlot(r.Slot, sw, e, r.Bucket, w)
+	t.unlatch(a, r.Bucket)
+	return NotAvailable, 0, nil
+}
+
+// FreeStolen frees request r after its owner learnt that it was stolen.
+func (t *Table) FreeStolen(a *Agent, r Ref) bool {
+	if r.Slot >= uint32(t.l.MaxRequests) {
+		return false
+	}
+	sp := t.u64(t.slotOff(r.Slot) + slWord)
+	return atomic.CompareAndSwapUint64(sp, slotWord(r.Serial, a.Idx, SlotStolen), slotWord(r.Serial, a.Idx, SlotFree))
+}
+
+// ---- internals; every function below runs under bucket b's latch unless it says otherwise ----
+
+const noEntry = ^uint32(0)
+
+// claimSlot finds a free slot and claims it for a (no latch: one CAS).
+func (t *Table) claimSlot(a *Agent) (uint32, uint32, error) {
+	n := uint32(t.l.MaxRequests)
+	start := a.slotHint.Load()
+	for i := uint32(0); i < n; i++ {
+		s := start + i
+		if s >= n {
+			s -= n
+			if s >= n {
+				s %= n
+			}
+		}
+		sp := t.u64(t.slotOff(s) + slWord)
+		sw := atomic.LoadUint64(sp)
+		if wordState(sw) != SlotFree {
+			continue
+		}
+		serial := wordSerial(sw) + 1
+		if atomic.CompareAndSwapUint64(sp, sw, slotWord(serial, a.Idx, SlotClaimed)) {
+			a.slotHint.Store(s + 1)
+			crash("slot.claimed")
+			return s, serial, nil
+		}
+	}
+	return 0, 0, fullf("request slots (MaxRequests)", int(n))
+}
+
+// freeClaimed returns a claimed slot (no latch).
+func (t *Table) freeClaimed(s, serial, agent uint32) {
+	atomic.CompareAndSwapUint64(t.u64(t.slotOff(s)+slWord), slotWord(serial, agent, SlotClaimed), slotWord(serial, agent, SlotFree))
+}
+
+func (t *Table) entryName(eo uint64, n uint32) string {
+	return unsafe.String((*byte)(unsafe.Add(t.base, eo+enName)), int(n))
+}
+
+// findEntry walks bucket b's chain for name. The walk is bounded and every
+// index is checked, so a corrupt chain yields ErrCorrupt, never a hang.
+func (t *Table) findEntry(b uint32, name string, h uint64) (uint32, error) {
+	bo := t.bucketOff(b)
+	next := atomic.LoadUint32(t.u32(bo + bkHead))
+	for steps := 0; next != 0; steps++ {
+		e := next - 1
+		if e >= uint32(t.l.MaxResources) || steps >= t.l.MaxResources {
+			return noEntry, corruptf("bucket chain", next, "bucket %d", b)
+		}
+		eo := t.entryOff(e)
+		if atomic.LoadUint32(t.u32(eo+enState)) != b+1 {
+			return noEntry, corruptf("entry state", atomic.LoadUint32(t.u32(eo+enState)), "entry %d is in the chain of bucket %d", e, b)
+		}
+		if atomic.LoadUint64(t.u64(eo+enHash)) == h {
+			n := atomic.LoadUint32(t.u32(eo + enNameLen))
+			if int(n) == len(name) && t.entryName(eo, n) == name {
+				return e, nil
+			}
+		}
+		next = atomic.LoadUint32(t.u32(eo + enNext))
+	}
+	return noEntry, nil
+}
+
+// allocEntry claims a free entry for name in bucket b and links it at the
+// head of the chain. Its token counter starts at the bucket's high-water
+// mark, so tokens of a name keep increasing across entry reuse.
+func (t *Table) allocEntry(a *Agent, b uint32, name string, h uint64, now int64) (uint32, error) {
+	if len(name) > t.l.MaxNameLen {
+		return noEntry, corruptf("name length", len(name), "over MaxNameLen %d", t.l.MaxNameLen)
+	}
+	n := uint32(t.l.MaxResources)
+	start := a.entryHint.Load()
+	for i := uint32(0); i < n; i++ {
+		e := (start + i) % n
+		eo := t.entryOff(e)
+		sp := t.u32(eo + enState)
+		if atomic.LoadUint32(sp) != 0 || !atomic.CompareAndSwapUint32(sp, 0, b+1) {
+			continue
+		}
+		a.entryHint.Store(e)
+		crash("entry.allocated")
+		bo := t.bucketOff(b)
+		atomic.StoreUint32(t.u32(eo+enQHead), 0)
+		atomic.StoreUint32(t.u32(eo+enQTail), 0)
+		atomic.StoreUint32(t.u32(eo+enHHead), 0)
+		atomic.StoreUint32(t.u32(eo+enNHeld), 0)
+		atomic.StoreUint32(t.u32(eo+enNWait), 0)
+		atomic.StoreUint32(t.u32(eo+enHMode), 0)
+		atomic.StoreUint64(t.u64(eo+enToken), atomic.LoadUint64(t.u64(bo+bkMaxToken)))
+		atomic.StoreUint64(t.u64(eo+enHash), h)
+		atomic.StoreUint64(t.u64(eo+enCreated), uint64(now))
+		// The name bytes are written plainly: they are read only under this
+		// bucket's latch (or by tools that tolerate a torn read).
+		copy(unsafe.Slice((*byte)(unsafe.Add(t.base, eo+enName)), len(name)), name)
+		atomic.StoreUint32(t.u32(eo+enNameLen), uint32(len(name)))
+		atomic.StoreUint32(t.u32(eo+enNext), atomic.LoadUint32(t.u32(bo+bkHead)))
+		atomic.StoreUint32(t.u32(bo+bkHead), e+1)
+		crash("entry.linked")
+		return e, nil
+	}
+	return noEntry, fullf("resource entries (MaxResources)", int(n))
+}
+
+// maybeFreeEntry frees entry e of bucket b if nothing holds or waits on it.
+func (t *Table) maybeFreeEntry(e, b uint32) {
+	eo := t.entryOff(e)
+	if atomic.LoadUint32(t.u32(eo+enNHeld)) != 0 || atomic.LoadUint32(t.u32(eo+enQHead)) != 0 {
+		return
+	}
+	bo := t.bucketOff(b)
+	if tok := atomic.LoadUint64(t.u64(eo + enToken)); tok > atomic.LoadUint64(t.u64(bo+bkMaxToken)) {
+		atomic.StoreUint64(t.u64(bo+bkMaxToken), tok)
+	}
+	// Unlink from the chain (chains are short: the table has twice as many buckets as entries).
+	prev := t.u32(bo + bkHead)
+	for steps := 0; steps <= t.l.MaxResources; steps++ {
+		cur := atomic.LoadUint32(prev)
+		if cur == 0 || cur-1 >= uint32(t.l.MaxResources) {
+			break
+		}
+		if cur == e+1 {
+			atomic.StoreUint32(prev, atomic.LoadUint32(t.u32(eo+enNext)))
+			break
+		}
+		prev = t.u32(t.entryOff(cur-1) + enNext)
+	}
+	crash("entry.unlinked")
+	atomic.StoreUint32(t.u32(eo+enNameLen), 0)
+	atomic.CompareAndSwapUint32(t.u32(eo+enState), b+1, 0)
+}
+
+// faultBreakExclusion, when set, makes every request grantable at once: a
+// deliberately broken lock for testing that the stress checker notices.
+var faultBreakExclusion atomic.Bool
+
+// SetFaultBreakExclusion breaks (true) or restores mutual exclusion in this
+// process. For tests of the independent checkers only.
+func SetFaultBreakExclusion(on bool) { faultBreakExclusion.Store(on) }
+
+// grantable: the queue is empty and mode is compatible with the holders.
+func (t *Table) grantable(eo uint64, mode uint32) bool {
+	if faultBreakExclusion.Load() {
+		return true
+	}
+	if atomic.LoadUint32(t.u32(eo+enQHead)) != 0 {
+		return false
+	}
+	return compatible(t, eo, mode)
+}
+
+func compatible(t *Table, eo uint64, mode uint32) bool {
+	if atomic.LoadUint32(t.u32(eo+enNHeld)) == 0 {
+		return true
+	}
+	return mode == ModeShared && atomic.LoadUint32(t.u32(eo+enHMode)) == ModeShared
+}
+
+// grant marks slot s (claimed or waiting, in no list) HELD with the next
+// token and links it into e's held list.
+func (t *Table) grant(s, e, mode uint32, now int64) uint64 {
+	eo, so := t.entryOff(e), t.slotOff(s)
+	token := atomic.LoadUint64(t.u64(eo+enToken)) + 1
+	atomic.StoreUint64(t.u64(eo+enToken), token)
+	atomic.StoreUint64(t.u64(so+slToken), token)
+	atomic.StoreUint64(t.u64(so+slGrant), uint64(now))
+	sp := t.u64(so + slWord)
+	sw := atomic.LoadUint64(sp)
+	atomic.StoreUint64(sp, slotWord(wordSerial(sw), wordAgent(sw), SlotHeld))
+	crash("grant.marked")
+	head := atomic.LoadUint32(t.u32(eo + enHHead))
+	atomic.StoreUint32(t.u32(so+slPrev), 0)
+	atomic.StoreUint32(t.u32(so+slNext), head)
+	if head != 0 && head-1 < uint32(t.l.MaxRequests) {
+		atomic.StoreUint32(t.u32(t.slotOff(head-1)+slPrev), s+1)
+	}
+	atomic.StoreUint32(t.u32(eo+enHHead), s+1)
+	atomic.StoreUint32(t.u32(eo+enNHeld), atomic.LoadUint32(t.u32(eo+enNHeld))+1)
+	atomic.StoreUint32(t.u32(eo+enHMode), mode)
+	return token
+}
+
+// enqueue marks claimed slot s WAITING and links it at the tail of e's queue.
+func (t *Table) enqueue(s, e uint32) {
+	eo, so := t.entryOff(e), t.slotOff(s)
+	seq := atomic.LoadUint32(t.u32(eo + enSeq))
+	atomic.StoreUint32(t.u32(so+slSeq), seq)
+	sp := t.u64(so + slWord)
+	sw := atomic.LoadUint64(sp)
+	atomic.StoreUint64(sp, slotWord(wordSerial(sw), wordAgent(sw), SlotWaiting))
+	atomic.StoreUint32(t.u32(eo+enSeq), seq+1)
+	crash("enqueue.marked")
+	tail := atomic.LoadUint32(t.u32(eo + enQTail))
+	atomic.StoreUint32(t.u32(so+slPrev), tail)
+	atomic.StoreUint32(t.u32(so+slNext), 0)
+	if tail != 0 && tail-1 < uint32(t.l.MaxRequests) {
+		atomic.StoreUint32(t.u32(t.slotOff(tail-1)+slNext), s+1)
+	} else {
+		atomic.StoreUint32(t.u32(eo+enQHead), s+1)
+	}
+	atomic.StoreUint32(t.u32(eo+enQTail), s+1)
+	atomic.StoreUint32(t.u32(eo+enNWait), atomic.LoadUint32(t.u32(eo+enNWait))+1)
+	crash("enqueue.linked")
+}
+
+// unlink removes slot s from a doubly linked list given its head (and tail,
+// for the queue; nil for the held list) words.
+func (t *Table) unlink(s uint32, head, tail *uint32) {
+	so := t.slotOff(s)
+	prev := atomic.LoadUint32(t.u32(so + slPrev))
+	next := atomic.LoadUint32(t.u32(so + slNext))
+	if prev != 0 && prev-1 < uint32(t.l.MaxRequests) {
+		atomic.StoreUint32(t.u32(t.slotOff(prev-1)+slNext), next)
+	} else {
+		atomic.StoreUint32(head, next)
+	}
+	if next != 0 && next-1 < uint32(t.l.MaxRequests) {
+		atomic.StoreUint32(t.u32(t.slotOff(next-1)+slPrev), prev)
+	} else if tail != nil {
+		atomic.StoreUint32(tail, prev)
+	}
+	atomic.StoreUint32(t.u32(so+slPrev), 0)
+	atomic.StoreUint32(t.u32(so+slNext), 0)
+}
+
+// removeSlot takes waiting or held slot s (word sw) of entry e out of its
+// list, frees it, re-processes the queue and frees the entry if it is empty.
+func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
+	eo := t.entryOff(e)
+	switch wordState(sw) {
+	case SlotHeld:
+		t.unlink(s, t.u32(eo+enHHead), nil)
+		if n := atomic.LoadUint32(t.u32(eo + enNHeld)); n > 0 {
+			atomic.StoreUint32(t.u32(eo+enNHeld), n-1)
+		}
+		crash("release.unlinked")
+	case SlotWaiting:
+		t.unlink(s, t.u32(eo+enQHead), t.u32(eo+enQTail))
+		if n := atomic.LoadUint32(t.u32(eo + enNWait)); n > 0 {
+			atomic.StoreUint32(t.u32(eo+enNWait), n-1)
+		}
+		crash("abort.unlinked")
+	}
+	atomic.CompareAndSwapUint64(t.u64(t.slotOff(s)+slWord), sw, slotWord(wordSerial(sw), wordAgent(sw), SlotFree))
+	crash("release.freed")
+	t.processQueue(e, w)
+	t.maybeFreeEntry(e, b)
+}
+
+// processQueue grants the head of e's queue while it is compatible with the
+// holders: one exclusive request, or a run of shared ones. A shared request
+// behind a waiting exclusive one is never granted before it.
+func (t *Table) processQueue(e uint32, w *Wakes) {
+	eo := t.entryOff(e)
+	now := nowNano()
+	for steps := 0; steps <= t.l.MaxRequests; steps++ {
+		head := atomic.LoadUint32(t.u32(eo + enQHead))
+		if head == 0 || head-1 >= uint32(t.l.MaxRequests) {
+			return
+		}
+		s := head - 1
+		so := t.slotOff(s)
+		mode := atomic.LoadUint32(t.u32(so + slMode))
+		if !compatible(t, eo, mode) {
+			return
+		}
+		t.unlink(s, t.u32(eo+enQHead), t.u32(eo+enQTail))
+		if n := atomic.LoadUint32(t.u32(eo + enNWait)); n > 0 {
+			atomic.StoreUint32(t.u32(eo+enNWait), n-1)
+		}
+		t.grant(s, e, mode, now)
+		crash("grant.linked")
+		w.add(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), false)
+		if mode != ModeShared {
+			return
+		}
+	}
+}
+
+// stealHolders marks every holder of e STOLEN and empties the held list.
+func (t *Table) stealHolders(e uint32, w *Wakes) {
+	eo := t.entryOff(e)
+	next := atomic.LoadUint32(t.u32(eo + enHHead))
+	for steps := 0; next != 0 && next-1 < uint32(t.l.MaxRequests) && steps <= t.l.MaxRequests; steps++ {
+		s := next - 1
+		so := t.slotOff(s)
+		next = atomic.LoadUint32(t.u32(so + slNext))
+		sp := t.u64(so + slWord)
+		sw := atomic.LoadUint64(sp)
+		if wordState(sw) == SlotHeld {
+			atomic.StoreUint64(sp, slotWord(wordSerial(sw), wordAgent(sw), SlotStolen))
+			w.add(wordAgent(sw), true)
+		}
+		crash("steal.marked")
+	}
+	atomic.StoreUint32(t.u32(eo+enHHead), 0)
+	atomic.StoreUint32(t.u32(eo+enNHeld), 0)
+}

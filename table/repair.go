@@ -1,0 +1,116 @@
+package table
+
+import (
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+func nowNano() int64 { return time.Now().UnixNano() }
+
+// repair rebuilds bucket b from the truth after its latch was taken over
+// from a dead owner, who may have stopped at any instruction of any update.
+//
+// The truth is the state words: an entry belongs to bucket b when its state
+// is b+1; a request belongs to entry e when its slot is WAITING or HELD and
+// its entry field is e+1. Everything else (the chain, queue and held links,
+// holder and waiter counts) is a cache that repair recomputes: waiting slots
+// are re-queued in order of their sequence numbers, held slots relinked, the
+// token counter raised to the highest token handed out, and then every queue
+// is re-processed (the dead owner may have been releasing) and empty entries
+// are freed. Every agent with a request in the bucket is rung, so that
+// waiters re-check and victims of a half-finished steal learn of it.
+func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
+	nRes, nReq := uint32(t.l.MaxResources), uint32(t.l.MaxRequests)
+	var live []uint32
+	for e := uint32(0); e < nRes; e++ {
+		if atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) == b+1 {
+			live = append(live, e)
+		}
+	}
+	type member struct {
+		slot uint32
+		seq  uint32
+	}
+	held := map[uint32][]uint32{}
+	waiting := map[uint32][]member{}
+	for s := uint32(0); s < nReq; s++ {
+		so := t.slotOff(s)
+		sw := atomic.LoadUint64(t.u64(so + slWord))
+		st := wordState(sw)
+		if st != SlotWaiting && st != SlotHeld && st != SlotStolen {
+			continue
+		}
+		e := atomic.LoadUint32(t.u32(so+slEntry)) - 1
+		if e >= nRes || atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != b+1 {
+			continue
+		}
+		switch st {
+		case SlotHeld:
+			held[e] = append(held[e], s)
+		case SlotWaiting:
+			waiting[e] = append(waiting[e], member{s, atomic.LoadUint32(t.u32(so + slSeq))})
+		}
+		w.add(wordAgent(sw), st == SlotStolen)
+	}
+	bo := t.bucketOff(b)
+	var chain uint32
+	for _, e := range live {
+		eo := t.entryOff(e)
+		// Held list.
+		var head uint32
+		var mode uint32 = ModeShared
+		token := atomic.LoadUint64(t.u64(eo + enToken))
+		for _, s := range held[e] {
+			so := t.slotOff(s)
+			atomic.StoreUint32(t.u32(so+slPrev), 0)
+			atomic.StoreUint32(t.u32(so+slNext), head)
+			if head != 0 {
+				atomic.StoreUint32(t.u32(t.slotOff(head-1)+slPrev), s+1)
+			}
+			head = s + 1
+			if atomic.LoadUint32(t.u32(so+slMode)) != ModeShared {
+				mode = ModeExclusive
+			}
+			token = max(token, atomic.LoadUint64(t.u64(so+slToken)))
+		}
+		atomic.StoreUint32(t.u32(eo+enHHead), head)
+		atomic.StoreUint32(t.u32(eo+enNHeld), uint32(len(held[e])))
+		atomic.StoreUint32(t.u32(eo+enHMode), mode)
+		atomic.StoreUint64(t.u64(eo+enToken), token)
+		// Queue, in sequence order (wrap-around safe: the queue spans far less than 2^31).
+		q := waiting[e]
+		slices.SortFunc(q, func(x, y member) int { return int(int32(x.seq - y.seq)) })
+		var prev uint32
+		for _, m := range q {
+			so := t.slotOff(m.slot)
+			atomic.StoreUint32(t.u32(so+slPrev), prev)
+			atomic.StoreUint32(t.u32(so+slNext), 0)
+			if prev != 0 {
+				atomic.StoreUint32(t.u32(t.slotOff(prev-1)+slNext), m.slot+1)
+			} else {
+				atomic.StoreUint32(t.u32(eo+enQHead), m.slot+1)
+			}
+			prev = m.slot + 1
+		}
+		if len(q) == 0 {
+			atomic.StoreUint32(t.u32(eo+enQHead), 0)
+		} else if next := q[len(q)-1].seq + 1; int32(next-atomic.LoadUint32(t.u32(eo+enSeq))) > 0 {
+			atomic.StoreUint32(t.u32(eo+enSeq), next)
+		}
+		atomic.StoreUint32(t.u32(eo+enQTail), prev)
+		atomic.StoreUint32(t.u32(eo+enNWait), uint32(len(q)))
+		if n := atomic.LoadUint32(t.u32(eo + enNameLen)); n > uint32(t.l.MaxNameLen) {
+			atomic.StoreUint32(t.u32(eo+enNameLen), 0)
+		}
+		atomic.StoreUint32(t.u32(eo+enNext), chain)
+		chain = e + 1
+	}
+	atomic.StoreUint32(t.u32(bo+bkHead), chain)
+	crash("repair.rebuilt")
+	for _, e := range live {
+		t.processQueue(e, w)
+		t.maybeFreeEntry(e, b)
+	}
+	atomic.AddUint64(t.u64(hdrRepairs), 1)
+}

@@ -1,0 +1,171 @@
+package table
+
+import (
+	"slices"
+	"sync/atomic"
+)
+
+// LockInfo describes one held or pending request.
+type LockInfo struct {
+	Name  string
+	Mode  uint32
+	Agent uint32 // agent record index
+	PID   int
+	Nonce uint64 // the agent's nonce (its client id)
+	Token uint64 // held requests: the fencing token
+	Since int64  // unix nanoseconds: granted (held) or enqueued (pending)
+	Slot  uint32
+	Steal bool // granted by a steal
+}
+
+// Snapshot returns every held and pending request, pending in queue order
+// per name. With a non-nil agent each bucket is read under its latch (a
+// consistent view per name); with nil it reads without latching and
+// tolerates torn reads (read-only inspection), skipping what it cannot parse.
+func (t *Table) Snapshot(a *Agent) (held, pending []LockInfo, err error) {
+	held, pending = []LockInfo{}, []LockInfo{}
+	err = Guard(func() error {
+		var w Wakes
+		defer t.Deliver(&w, nil)
+		for b := uint32(0); b < t.l.buckets; b++ {
+			if atomic.LoadUint32(t.u32(t.bucketOff(b)+bkHead)) == 0 {
+				continue
+			}
+			if a != nil {
+				t.latch(a, b, &w)
+			}
+			var err error
+			held, pending, err = t.snapBucket(b, held, pending, a != nil)
+			if a != nil {
+				t.unlatch(a, b)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return held, pending, err
+}
+
+func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]LockInfo, []LockInfo, error) {
+	nRes, nReq := uint32(t.l.MaxResources), uint32(t.l.MaxRequests)
+	next := atomic.LoadUint32(t.u32(t.bucketOff(b) + bkHead))
+	for steps := uint32(0); next != 0; steps++ {
+		e := next - 1
+		if e >= nRes || steps > nRes {
+			if strict {
+				return held, pending, corruptf("bucket chain", next, "bucket %d", b)
+			}
+			break
+		}
+		eo := t.entryOff(e)
+		n := atomic.LoadUint32(t.u32(eo + enNameLen))
+		if n > uint32(t.l.MaxNameLen) {
+			if strict {
+				return held, pending, corruptf("entry name length", n, "entry %d, MaxNameLen %d", e, t.l.MaxNameLen)
+			}
+			n = 0
+		}
+		name := string(t.buf[eo+enName : eo+enName+uint64(n)])
+		for _, list := range [2]uint64{enHHead, enQHead} {
+			s := atomic.LoadUint32(t.u32(eo + list))
+			for steps := uint32(0); s != 0; steps++ {
+				if s-1 >= nReq || steps > nReq {
+					if strict {
+						return held, pending, corruptf("list index", s, "entry %d", e)
+					}
+					break
+				}
+				so := t.slotOff(s - 1)
+				sw := atomic.LoadUint64(t.u64(so + slWord))
+				li := LockInfo{
+					Name:  name,
+					Mode:  atomic.LoadUint32(t.u32(so + slMode)),
+					Agent: wordAgent(sw),
+					Slot:  s - 1,
+					Steal: atomic.LoadUint32(t.u32(so+slFlags))&flagSteal != 0,
+				}
+				if li.Agent < uint32(t.l.MaxAgents) {
+					ao := t.agentOff(li.Agent)
+					li.PID = agentWordPID(atomic.LoadUint64(t.u64(ao + agWord)))
+					li.Nonce = atomic.LoadUint64(t.u64(ao + agNonce))
+				}
+				if list == enHHead {
+					li.Token = atomic.LoadUint64(t.u64(so + slToken))
+					li.Since = int64(atomic.LoadUint64(t.u64(so + slGrant)))
+					held = append(held, li)
+				} else {
+					li.Since = int64(atomic.LoadUint64(t.u64(so + slEnqueue)))
+					pending = append(pending, li)
+				}
+				s = atomic.LoadUint32(t.u32(so + slNext))
+			}
+		}
+		next = atomic.LoadUint32(t.u32(eo + enNext))
+	}
+	return held, pending, nil
+}
+
+// Usage counts what is in use against the limits.
+type Usage struct {
+	Entries, Slots, Agents int
+	Held, Waiting          int
+	Reaps, Repairs         uint64
+}
+
+// Usage reads counts without latching (advisory).
+func (t *Table) Usage() Usage {
+	var u Usage
+	for e := uint32(0); e < uint32(t.l.MaxResources); e++ {
+		if atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != 0 {
+			u.Entries++
+		}
+	}
+	for s := uint32(0); s < uint32(t.l.MaxRequests); s++ {
+		switch wordState(atomic.LoadUint64(t.u64(t.slotOff(s) + slWord))) {
+		case SlotFree:
+			continue
+		case SlotHeld:
+			u.Held++
+		case SlotWaiting:
+			u.Waiting++
+		}
+		u.Slots++
+	}
+	for idx := uint32(0); idx < uint32(t.l.MaxAgents); idx++ {
+		if wordState(atomic.LoadUint64(t.u64(t.agentOff(idx)+agWord))) != AgentFree {
+			u.Agents++
+		}
+	}
+	u.Reaps = atomic.LoadUint64(t.u64(hdrReaps))
+	u.Repairs = atomic.LoadUint64(t.u64(hdrRepairs))
+	return u
+}
+
+// AgentsInWay lists the distinct agents (other than a) holding or queued on
+// name, at most 8 of them.
+func (t *Table) AgentsInWay(a *Agent, name string, h uint64) []uint32 {
+	var out []uint32
+	var w Wakes
+	b := t.BucketOf(h)
+	t.latch(a, b, &w)
+	e, err := t.findEntry(b, name, h)
+	if err == nil && e != noEntry {
+		eo := t.entryOff(e)
+		for _, list := range [2]uint64{enHHead, enQHead} {
+			s := atomic.LoadUint32(t.u32(eo + list))
+			for steps := 0; s != 0 && s-1 < uint32(t.l.MaxRequests) && steps < t.l.MaxRequests && len(out) < 8; steps++ {
+				so := t.slotOff(s - 1)
+				ag := wordAgent(atomic.LoadUint64(t.u64(so + slWord)))
+				if ag != a.Idx && !slices.Contains(out, ag) {
+					out = append(out, ag)
+				}
+				s = atomic.LoadUint32(t.u32(so + slNext))
+			}
+		}
+	}
+	t.unlatch(a, b)
+	t.Deliver(&w, nil)
+	return out
+}
