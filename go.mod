@@ -8,4 +8,7 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require go.yaml.in/yaml/v3 v3.0.5 // indirect
+require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)

@@ -169,9 +169,15 @@ type waiter struct {
 // count and rings the doorbell, or the waiter sees the grant (no lost wake-up;
 // all the words are sequentially consistent atomics).
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
+	done := ctx.Done()
 	if m.spin > 0 {
 		deadline := time.Now().Add(m.spin)
 		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return m.abort(ctx, name, ref)
+			default:
+			}
 			st, token, ok := m.t.Status(m.a, ref)
 			if ok && st == table.SlotHeld {
 				return token, nil
@@ -198,6 +204,12 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		m.mu.Unlock()
 	}()
 	for {
+		select {
+		case <-done:
+			atomic.AddUint32(parked, ^uint32(0))
+			return m.abort(ctx, name, ref)
+		default:
+		}
 		if !m.enter() {
 			atomic.AddUint32(parked, ^uint32(0))
 			return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
@@ -221,29 +233,28 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		select {
 		case <-w.ch:
 		case <-m.closing:
-		case <-ctx.Done():
-			atomic.AddUint32(parked, ^uint32(0))
-			return m.abort(ctx, name, ref)
+		case <-done:
 		}
 	}
 }
 
-// abort withdraws a waiting request whose ctx ended. A grant that raced with
-// the cancellation wins (as in Web Locks: abort after grant does nothing), so
-// the caller receives the lock and must release it; nothing is leaked either way.
+// abort withdraws a waiting request whose ctx ended. If a grant raced with
+// the cancellation and won, the lock is released at once, which hands it to
+// the next waiter: once a waiter has seen its ctx done it returns ErrAborted
+// and holds nothing, and no grant is leaked either way.
 func (m *Manager) abort(ctx context.Context, name string, ref table.Ref) (uint64, error) {
 	if !m.enter() {
 		return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
 	}
 	var w table.Wakes
-	out, token, err := m.t.Abort(m.a, ref, &w)
+	out, _, err := m.t.Abort(m.a, ref, &w)
+	if err == nil && out == table.Granted {
+		err = m.t.Release(m.a, ref, &w)
+	}
 	if !w.Empty() {
 		m.t.Deliver(&w, m.ringFn)
 	}
 	m.leave()
-	if err == nil && out == table.Granted {
-		return token, nil
-	}
 	return 0, fmt.Errorf("%w: lock %q: %w", ErrAborted, name, ctx.Err())
 }
 

@@ -1,0 +1,196 @@
+package table
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestLayoutOffsets asserts the byte layout documented in doc.go and
+// docs/design.md: every field's offset, size and alignment (off % size == 0).
+func TestLayoutOffsets(t *testing.T) {
+	type field struct {
+		name      string
+		off, size uintptr
+		end       uintptr // record size the field must fit in
+	}
+	fields := []field{
+		{"hdrMagic", hdrMagic, 8, HeaderSize}, {"hdrVersion", hdrVersion, 4, HeaderSize},
+		{"hdrHeaderSize", hdrHeaderSize, 4, HeaderSize}, {"hdrMaxResources", hdrMaxResources, 4, HeaderSize},
+		{"hdrMaxRequests", hdrMaxRequests, 4, HeaderSize}, {"hdrMaxAgents", hdrMaxAgents, 4, HeaderSize},
+		{"hdrMaxNameLen", hdrMaxNameLen, 4, HeaderSize}, {"hdrBuckets", hdrBuckets, 4, HeaderSize},
+		{"hdrEntryStride", hdrEntryStride, 4, HeaderSize}, {"hdrFileSize", hdrFileSize, 8, HeaderSize},
+		{"hdrBucketsOff", hdrBucketsOff, 8, HeaderSize}, {"hdrEntriesOff", hdrEntriesOff, 8, HeaderSize},
+		{"hdrSlotsOff", hdrSlotsOff, 8, HeaderSize}, {"hdrAgentsOff", hdrAgentsOff, 8, HeaderSize},
+		{"hdrNonce", hdrNonce, 8, HeaderSize}, {"hdrCreated", hdrCreated, 8, HeaderSize},
+		{"hdrChecksum", hdrChecksum, 4, HeaderSize}, {"hdrBootID", hdrBootID, 8, HeaderSize},
+		{"hdrBootID+8", hdrBootID + 8, 8, HeaderSize}, {"hdrEntryHint", hdrEntryHint, 4, HeaderSize},
+		{"hdrSlotHint", hdrSlotHint, 4, HeaderSize}, {"hdrAgentHint", hdrAgentHint, 4, HeaderSize},
+		{"hdrReaps", hdrReaps, 8, HeaderSize}, {"hdrRepairs", hdrRepairs, 8, HeaderSize},
+		{"bkLatch", bkLatch, 4, BucketSize}, {"bkHead", bkHead, 4, BucketSize}, {"bkMaxToken", bkMaxToken, 8, BucketSize},
+		{"enState", enState, 4, entryFixed}, {"enNext", enNext, 4, entryFixed}, {"enQHead", enQHead, 4, entryFixed},
+		{"enQTail", enQTail, 4, entryFixed}, {"enHHead", enHHead, 4, entryFixed}, {"enNHeld", enNHeld, 4, entryFixed},
+		{"enHMode", enHMode, 4, entryFixed}, {"enSeq", enSeq, 4, entryFixed}, {"enToken", enToken, 8, entryFixed},
+		{"enHash", enHash, 8, entryFixed}, {"enNameLen", enNameLen, 4, entryFixed}, {"enNWait", enNWait, 4, entryFixed},
+		{"enCreated", enCreated, 8, entryFixed},
+		{"slWord", slWord, 8, SlotSize}, {"slEntry", slEntry, 4, SlotSize}, {"slMode", slMode, 4, SlotSize},
+		{"slPrev", slPrev, 4, SlotSize}, {"slNext", slNext, 4, SlotSize}, {"slSeq", slSeq, 4, SlotSize},
+		{"slFlags", slFlags, 4, SlotSize}, {"slToken", slToken, 8, SlotSize}, {"slEnqueue", slEnqueue, 8, SlotSize},
+		{"slGrant", slGrant, 8, SlotSize},
+		{"agWord", agWord, 8, AgentSize}, {"agStart", agStart, 8, AgentSize}, {"agBoot", agBoot, 8, AgentSize},
+		{"agNonce", agNonce, 8, AgentSize}, {"agBell", agBell, 4, AgentSize}, {"agParked", agParked, 4, AgentSize},
+		{"agStealSeq", agStealSeq, 4, AgentSize}, {"agSince", agSince, 8, AgentSize},
+	}
+	for _, f := range fields {
+		require.Zero(t, f.off%f.size, "%s at %d is not aligned to %d", f.name, f.off, f.size)
+		require.LessOrEqual(t, f.off+f.size, f.end, "%s overflows its record", f.name)
+	}
+	require.Equal(t, uintptr(96), uintptr(hdrChecksum), "the checksum covers [0, 96)")
+	require.Equal(t, uintptr(enName), uintptr(entryFixed))
+
+	// Derived regions of a few geometries: 8-byte aligned strides and offsets.
+	for _, g := range []Geometry{DefaultGeometry, smallGeometry, {1, 1, 1, 1}, {3, 5, 7, 9}, {16, 64, 16, 255}} {
+		l := g.layout()
+		require.Zero(t, l.bucketsOff%8)
+		require.Zero(t, l.entriesOff%8)
+		require.Zero(t, l.slotsOff%8)
+		require.Zero(t, l.agentsOff%8)
+		require.Zero(t, l.entryStride%8)
+		require.Equal(t, uint32(0), l.buckets&(l.buckets-1), "buckets power of two")
+		require.GreaterOrEqual(t, int(l.buckets), 2*g.MaxResources)
+		require.Equal(t, l.agentsOff+uint64(g.MaxAgents)*AgentSize, l.size)
+	}
+	require.Equal(t, uintptr(8), unsafe.Sizeof(uint64(0)))
+}
+
+func TestDefaultGeometrySize(t *testing.T) {
+	l := DefaultGeometry.layout()
+	require.Less(t, l.size, uint64(8<<20), "default table stays small")
+	t.Logf("default table: %d bytes", l.size)
+}
+
+// corruptCase mutates a valid header and names the field the error must mention.
+type corruptCase struct {
+	name  string
+	field string
+	mut   func(b []byte)
+}
+
+func TestHeaderValidationLadder(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.tbl")
+	tb, _, err := Open(good, smallGeometry, 0)
+	require.NoError(t, err)
+	tb.Close()
+	orig, err := os.ReadFile(good)
+	require.NoError(t, err)
+	ne := binary.NativeEndian
+	resum := func(b []byte) { ne.PutUint32(b[hdrChecksum:], headerChecksum(b)) }
+	cases := []corruptCase{
+		{"magic", "magic", func(b []byte) { copy(b, "NOTLOCKS") }},
+		{"version", "version", func(b []byte) { ne.PutUint32(b[hdrVersion:], 99); resum(b) }},
+		{"checksum", "checksum", func(b []byte) { b[hdrMaxAgents]++ }},
+		{"geometry", "MaxRequests", func(b []byte) { ne.PutUint32(b[hdrMaxRequests:], 0); resum(b) }},
+		{"buckets", "buckets", func(b []byte) { ne.PutUint32(b[hdrBuckets:], 7); resum(b) }},
+		{"offset", "slots offset", func(b []byte) { ne.PutUint64(b[hdrSlotsOff:], 12); resum(b) }},
+		{"recorded size", "recorded file size", func(b []byte) { ne.PutUint64(b[hdrFileSize:], 1<<40); resum(b) }},
+		{"header size", "header size", func(b []byte) { ne.PutUint32(b[hdrHeaderSize:], 8); resum(b) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := append([]byte(nil), orig...)
+			c.mut(b)
+			p := filepath.Join(dir, c.name+".tbl")
+			require.NoError(t, os.WriteFile(p, b, 0o600))
+			_, _, err := Open(p, smallGeometry, 0)
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.Contains(t, err.Error(), c.field)
+			_, err = OpenReadOnly(p)
+			require.ErrorIs(t, err, ErrCorrupt)
+		})
+	}
+	t.Run("truncated", func(t *testing.T) {
+		p := filepath.Join(dir, "trunc.tbl")
+		require.NoError(t, os.WriteFile(p, orig[:len(orig)-8], 0o600))
+		_, _, err := Open(p, smallGeometry, 0)
+		require.ErrorIs(t, err, ErrCorrupt)
+		require.Contains(t, err.Error(), "file size")
+	})
+	t.Run("tiny", func(t *testing.T) {
+		p := filepath.Join(dir, "tiny.tbl")
+		require.NoError(t, os.WriteFile(p, []byte("SHM"), 0o600))
+		_, _, err := Open(p, smallGeometry, 0)
+		require.ErrorIs(t, err, ErrCorrupt)
+	})
+	t.Run("symlink", func(t *testing.T) {
+		p := filepath.Join(dir, "link.tbl")
+		require.NoError(t, os.Symlink(good, p))
+		_, _, err := Open(p, smallGeometry, 0)
+		require.Error(t, err)
+	})
+	t.Run("existing keeps its geometry", func(t *testing.T) {
+		tb, created, err := Open(good, DefaultGeometry, 0)
+		require.NoError(t, err)
+		require.False(t, created)
+		require.Equal(t, smallGeometry, tb.Geometry())
+		tb.Close()
+	})
+}
+
+func TestFileMode(t *testing.T) {
+	dir := t.TempDir()
+	for _, mode := range []os.FileMode{0, 0o640, 0o660} {
+		p := filepath.Join(dir, mode.String()+".tbl")
+		tb, _, err := Open(p, smallGeometry, mode)
+		require.NoError(t, err)
+		tb.Close()
+		st, err := os.Stat(p)
+		require.NoError(t, err)
+		want := mode
+		if want == 0 {
+			want = 0o600
+		}
+		require.Equal(t, want, st.Mode().Perm())
+	}
+}
+
+// FuzzHeader feeds arbitrary bytes (seeded from testdata/fuzz/FuzzHeader)
+// to the validation ladder: it must return a table or ErrCorrupt, never
+// panic, and a table it accepts must pass the checker and serve requests.
+func FuzzHeader(f *testing.F) {
+	dir := f.TempDir()
+	good := filepath.Join(dir, "seed.tbl")
+	tb, _, err := Open(good, Geometry{MaxResources: 2, MaxRequests: 4, MaxAgents: 2, MaxNameLen: 8}, 0)
+	require.NoError(f, err)
+	tb.Close()
+	b, _ := os.ReadFile(good)
+	f.Add(b)
+	f.Add(b[:HeaderSize])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(t.TempDir(), "f.tbl")
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Skip()
+		}
+		if len(data) > 1<<20 {
+			t.Skip()
+		}
+		tb, err := OpenReadOnly(p)
+		if err != nil {
+			if len(data) > 0 {
+				require.ErrorIs(t, err, ErrCorrupt)
+			}
+			return
+		}
+		defer tb.Close()
+		// Accepted bytes: the lock-free readers must not panic or hang.
+		tb.Snapshot(nil)
+		tb.Usage()
+		tb.Agents()
+		tb.Check(nil)
+	})
+}

@@ -1,0 +1,334 @@
+package table
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var smallGeometry = Geometry{MaxResources: 16, MaxRequests: 64, MaxAgents: 16, MaxNameLen: 32}
+
+func newTestTable(t testing.TB, g Geometry) *Table {
+	t.Helper()
+	tb, created, err := Open(filepath.Join(t.TempDir(), "t.tbl"), g, 0)
+	require.NoError(t, err)
+	require.True(t, created)
+	t.Cleanup(func() { tb.Close() })
+	return tb
+}
+
+// fakeLiveness lets a test declare agents (by PID) dead.
+type fakeLiveness struct {
+	mu   sync.Mutex
+	dead map[int]bool
+}
+
+func installFakeLiveness(t testing.TB) *fakeLiveness {
+	f := &fakeLiveness{dead: map[int]bool{}}
+	SetLiveness(func(id Identity) bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return !f.dead[id.PID]
+	})
+	t.Cleanup(func() { SetLiveness(nil) })
+	return f
+}
+
+func (f *fakeLiveness) kill(pid int) {
+	f.mu.Lock()
+	f.dead[pid] = true
+	f.mu.Unlock()
+}
+
+// model is the reference semantics of Web Locks for one table.
+type model struct {
+	held  map[string][]mreq // name -> holders
+	queue map[string][]mreq // name -> waiting, in order
+	last  map[string]uint64 // name -> last token seen
+}
+
+type mreq struct {
+	agent int
+	mode  uint32
+	id    int // test-wide request id
+}
+
+func newModel() *model {
+	return &model{held: map[string][]mreq{}, queue: map[string][]mreq{}, last: map[string]uint64{}}
+}
+
+func (m *model) compatible(name string, mode uint32) bool {
+	h := m.held[name]
+	if len(h) == 0 {
+		return true
+	}
+	return mode == ModeShared && h[0].mode == ModeShared
+}
+
+// process grants the head of the queue while compatible; returns the ids granted.
+func (m *model) process(name string) []int {
+	var granted []int
+	for len(m.queue[name]) > 0 {
+		r := m.queue[name][0]
+		if !m.compatible(name, r.mode) {
+			break
+		}
+		m.queue[name] = m.queue[name][1:]
+		m.held[name] = append(m.held[name], r)
+		granted = append(granted, r.id)
+		if r.mode == ModeExclusive {
+			break
+		}
+	}
+	return granted
+}
+
+func (m *model) remove(name string, id int) {
+	m.held[name] = slices.DeleteFunc(m.held[name], func(r mreq) bool { return r.id == id })
+	m.queue[name] = slices.DeleteFunc(m.queue[name], func(r mreq) bool { return r.id == id })
+}
+
+// TestModelRandomOps drives random requests, releases, aborts, steals and
+// agent deaths through the table, runs the invariant checker after every
+// step, and compares holders, queues and outcomes with the reference model.
+func TestModelRandomOps(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	steps := 3000
+	if testing.Short() {
+		seeds, steps = seeds[:3], 1500
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, steps, false) })
+	}
+}
+
+// TestModelCountersNearWrap seeds every slot serial, queue sequence number and
+// doorbell counter just below 2^32 (hard case 9) and runs the model through the wrap.
+func TestModelCountersNearWrap(t *testing.T) {
+	for _, seed := range []uint64{11, 12, 13} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 2000, true) })
+	}
+}
+
+type live struct {
+	agent int
+	name  string
+	ref   Ref
+	id    int
+}
+
+func runModel(t *testing.T, seed uint64, steps int, nearWrap bool) {
+	live0 := installFakeLiveness(t)
+	tb := newTestTable(t, smallGeometry)
+	if nearWrap {
+		for s := uint32(0); s < uint32(tb.l.MaxRequests); s++ {
+			*tb.u64(tb.slotOff(s) + slWord) = slotWord(0xFFFFFFFF-s%7, 0, SlotFree)
+		}
+		for e := uint32(0); e < uint32(tb.l.MaxResources); e++ {
+			*tb.u32(tb.entryOff(e) + enSeq) = 0xFFFFFFF0 + e%5
+		}
+		for a := uint32(0); a < uint32(tb.l.MaxAgents); a++ {
+			*tb.u32(tb.agentOff(a) + agBell) = 0xFFFFFFF8
+			*tb.u32(tb.agentOff(a) + agStealSeq) = 0xFFFFFFFE
+		}
+	}
+	rng := rand.New(rand.NewPCG(seed, 99))
+	names := []string{"a", "b", "c", "d\x00x", "é"}
+	const nAgents = 5
+	agents := make([]*Agent, nAgents)
+	pids := make([]int, nAgents)
+	nextPID := 1_000_000
+	register := func(i int) {
+		nextPID++
+		pids[i] = nextPID
+		a, err := tb.Register(Identity{PID: nextPID, Start: 7, Boot: selfIdentity.Boot}, uint64(nextPID))
+		require.NoError(t, err)
+		agents[i] = a
+	}
+	for i := range agents {
+		register(i)
+	}
+	mdl := newModel()
+	reqs := map[int]*live{} // id -> request
+	nextID := 0
+	var w Wakes
+	deliver := func() { tb.Deliver(&w, nil) }
+	checkAll := func(step int, what string) {
+		t.Helper()
+		if err := tb.check(true); err != nil {
+			t.Fatalf("seed %d step %d (%s): %v", seed, step, what, err)
+		}
+		held, pending, err := tb.Snapshot(nil)
+		require.NoError(t, err)
+		// Compare with the model: holders as sets, queues in order.
+		gotHeld := map[string][]int{}
+		for _, li := range held {
+			gotHeld[li.Name] = append(gotHeld[li.Name], int(li.Slot))
+		}
+		gotPend := map[string][]int{}
+		for _, li := range pending {
+			gotPend[li.Name] = append(gotPend[li.Name], int(li.Slot))
+		}
+		for _, n := range names {
+			var wantHeld, wantPend []int
+			for _, r := range mdl.held[n] {
+				wantHeld = append(wantHeld, int(reqs[r.id].ref.Slot))
+			}
+			for _, r := range mdl.queue[n] {
+				wantPend = append(wantPend, int(reqs[r.id].ref.Slot))
+			}
+			sort.Ints(wantHeld)
+			g := slices.Clone(gotHeld[n])
+			sort.Ints(g)
+			if !slices.Equal(g, wantHeld) || !slices.Equal(gotPend[n], wantPend) {
+				t.Fatalf("seed %d step %d (%s) name %q: held %v pending %v, model held %v pending %v",
+					seed, step, what, n, g, gotPend[n], wantHeld, wantPend)
+			}
+		}
+	}
+	// Verify a grant the model made is visible as HELD with a fresh token.
+	confirm := func(ids []int) {
+		for _, id := range ids {
+			r := reqs[id]
+			st, tok, ok := tb.Status(agents[r.agent], r.ref)
+			require.True(t, ok)
+			require.Equal(t, uint8(SlotHeld), st, "request %d should be granted", id)
+			require.Greater(t, tok, mdl.last[r.name], "token must increase on %q", r.name)
+			mdl.last[r.name] = tok
+		}
+	}
+	for step := 0; step < steps; step++ {
+		op := rng.IntN(100)
+		ai := rng.IntN(nAgents)
+		a := agents[ai]
+		name := names[rng.IntN(len(names))]
+		var what string
+		switch {
+		case op < 45: // acquire
+			mode := uint32(ModeExclusive)
+			if rng.IntN(3) == 0 {
+				mode = ModeShared
+			}
+			ifAvail := rng.IntN(6) == 0
+			steal := !ifAvail && mode == ModeExclusive && rng.IntN(15) == 0
+			what = fmt.Sprintf("acquire %q agent %d mode %d ifAvail %v steal %v", name, ai, mode, ifAvail, steal)
+			ref, out, tok, err := tb.Acquire(a, name, Hash(name), mode, ifAvail, steal, &w)
+			deliver()
+			if err != nil {
+				require.ErrorIs(t, err, ErrTableFull, what)
+				break
+			}
+			id := nextID
+			nextID++
+			r := mreq{agent: ai, mode: mode, id: id}
+			switch {
+			case steal:
+				require.Equal(t, Granted, out, what)
+				for _, h := range mdl.held[name] {
+					delete(reqs, h.id) // stolen: the victims' slots are STOLEN until their owners free them
+				}
+				mdl.held[name] = []mreq{r}
+			case len(mdl.queue[name]) == 0 && mdl.compatible(name, mode):
+				require.Equal(t, Granted, out, what)
+				mdl.held[name] = append(mdl.held[name], r)
+			case ifAvail:
+				require.Equal(t, NotAvailable, out, what)
+				continue
+			default:
+				require.Equal(t, Queued, out, what)
+				mdl.queue[name] = append(mdl.queue[name], r)
+			}
+			reqs[id] = &live{agent: ai, name: name, ref: ref, id: id}
+			if out == Granted {
+				require.Greater(t, tok, mdl.last[name], what)
+				mdl.last[name] = tok
+			}
+		case op < 75: // release a held request of this agent
+			id, r := pick(rng, reqs, mdl, ai, true)
+			if r == nil {
+				continue
+			}
+			what = fmt.Sprintf("release %d %q agent %d", id, r.name, ai)
+			require.NoError(t, tb.Release(a, r.ref, &w), what)
+			deliver()
+			mdl.remove(r.name, id)
+			delete(reqs, id)
+			confirm(mdl.process(r.name))
+		case op < 88: // abort a waiting request of this agent
+			id, r := pick(rng, reqs, mdl, ai, false)
+			if r == nil {
+				continue
+			}
+			what = fmt.Sprintf("abort %d %q agent %d", id, r.name, ai)
+			out, _, err := tb.Abort(a, r.ref, &w)
+			deliver()
+			require.NoError(t, err, what)
+			require.Equal(t, NotAvailable, out, what)
+			mdl.remove(r.name, id)
+			delete(reqs, id)
+			confirm(mdl.process(r.name))
+		case op < 92: // the agent dies and is reaped by another
+			what = fmt.Sprintf("kill agent %d", ai)
+			live0.kill(pids[ai])
+			reaper := agents[(ai+1)%nAgents]
+			n, err := tb.ReapDead(reaper, &w)
+			deliver()
+			require.NoError(t, err)
+			require.Equal(t, 1, n, what)
+			touched := map[string]bool{}
+			for id, r := range reqs {
+				if r.agent == ai {
+					mdl.remove(r.name, id)
+					delete(reqs, id)
+					touched[r.name] = true
+				}
+			}
+			for _, n := range names {
+				if touched[n] {
+					confirm(mdl.process(n))
+				}
+			}
+			register(ai)
+		default: // the victims of steals free their stolen slots
+			what = "free stolen"
+			for s := uint32(0); s < uint32(tb.l.MaxRequests); s++ {
+				sw := *tb.u64(tb.slotOff(s) + slWord)
+				if wordState(sw) == SlotStolen {
+					for _, ag := range agents {
+						if ag.Idx == wordAgent(sw) {
+							require.True(t, tb.FreeStolen(ag, Ref{Slot: s, Serial: wordSerial(sw)}))
+						}
+					}
+				}
+			}
+		}
+		checkAll(step, what)
+	}
+}
+
+// pick chooses a random request of agent ai that is held (or waiting).
+func pick(rng *rand.Rand, reqs map[int]*live, mdl *model, ai int, held bool) (int, *live) {
+	var ids []int
+	for id, r := range reqs {
+		if r.agent != ai {
+			continue
+		}
+		isHeld := slices.ContainsFunc(mdl.held[r.name], func(m mreq) bool { return m.id == id })
+		if isHeld == held {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	sort.Ints(ids)
+	id := ids[rng.IntN(len(ids))]
+	return id, reqs[id]
+}
+
