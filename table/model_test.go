@@ -331,4 +331,3 @@ func pick(rng *rand.Rand, reqs map[int]*live, mdl *model, ai int, held bool) (in
 	id := ids[rng.IntN(len(ids))]
 	return id, reqs[id]
 }
-
