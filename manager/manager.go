@@ -226,8 +226,11 @@ func (m *Manager) reap() error {
 	defer m.leave()
 	return table.Guard(func() error {
 		var w table.Wakes
-		_, err := m.t.ReapDead(m.a, &w)
+		n, err := m.t.ReapDead(m.a, &w)
 		m.t.Deliver(&w, m.ringFn)
+		if n > 0 {
+			m.scan(true) // a dead agent may have granted to us and died before ringing
+		}
 		return err
 	})
 }
@@ -246,6 +249,8 @@ func (m *Manager) reapOne(idx uint32) {
 		var w table.Wakes
 		err := m.t.Reap(m.a, idx, word, &w)
 		m.t.Deliver(&w, m.ringFn)
+		// The dead agent may have granted to us and died before ringing.
+		m.scan(true)
 		return err
 	})
 }

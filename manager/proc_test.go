@@ -40,7 +40,19 @@ const (
 	envRole  = "SHMLOCKS_TEST_ROLE"
 	envTable = "SHMLOCKS_TEST_TABLE"
 	envOpts  = "SHMLOCKS_TEST_OPTS"
+	envCrash = "SHMLOCKS_TEST_CRASH" // arm a crash point before Open
 )
+
+// armCrash makes this process SIGKILL itself when it reaches the crash point.
+func armCrash(point string) {
+	table.SetCrashHook(func(p string) {
+		if p == point {
+			self, _ := os.FindProcess(os.Getpid())
+			self.Kill() // SIGKILL: no deferred code, no Close
+			select {}
+		}
+	})
+}
 
 func TestHelperProcess(t *testing.T) {
 	role := os.Getenv(envRole)
@@ -71,6 +83,9 @@ func childMain(role string) int {
 			say("error open %v", err)
 			return 2
 		}
+	}
+	if point := os.Getenv(envCrash); point != "" {
+		armCrash(point)
 	}
 	m, err := Open(os.Getenv(envTable), opts)
 	if err != nil {
@@ -165,15 +180,8 @@ func childMain(role string) int {
 			}
 			say("checked")
 		case "crash":
-			point := f[1]
-			table.SetCrashHook(func(p string) {
-				if p == point {
-					self, _ := os.FindProcess(os.Getpid())
-					self.Kill() // SIGKILL: no deferred code, no Close
-					select {}
-				}
-			})
-			say("armed %s", point)
+			armCrash(f[1])
+			say("armed %s", f[1])
 		case "exit":
 			os.Exit(0)
 		case "close":

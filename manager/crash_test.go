@@ -1,0 +1,288 @@
+package manager
+
+import (
+	"context"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// Crash-point tests (hard case 3). For every named crash point of the table
+// a child process is made to SIGKILL itself exactly there, in the middle of
+// the table's own bookkeeping, and the survivors must recover: the dead
+// process's locks go to the next waiter, nothing is held twice, a free lock
+// is grantable, nothing of the dead process remains, and the checker passes.
+//
+// Each scenario is a P/Q/R script: P is this test process, V the victim
+// armed with the crash point, H another live child, C a child killed first.
+
+type crashEnv struct {
+	t    *testing.T
+	path string
+	m    *Manager // P
+}
+
+// scenarios by crash point; TestCrashPoints fails if a point has none.
+var crashScenarios = map[string]func(e *crashEnv, point string){
+	// V dies while requesting a free name; P then gets it.
+	"slot.claimed":    crashWhileAcquiringFree,
+	"latch.acquired":  crashWhileAcquiringFree,
+	"entry.allocated": crashWhileAcquiringFree,
+	"entry.linked":    crashWhileAcquiringFree,
+	// P holds x; V dies while queueing on x; H queued behind gets x when P releases.
+	"enqueue.marked": crashWhileEnqueueing,
+	"enqueue.linked": crashWhileEnqueueing,
+	// V holds x, P waits; V dies while releasing and granting to P.
+	"grant.marked":     crashWhileReleasing,
+	"grant.linked":     crashWhileReleasing,
+	"release.unlinked": crashWhileReleasing,
+	"release.freed":    crashWhileReleasing,
+	// V holds x alone and dies while freeing its entry.
+	"entry.unlinked": crashWhileFreeingEntry,
+	// P holds x; V's queued request times out and V dies while withdrawing it.
+	"abort.unlinked": crashWhileAborting,
+	// P holds x, H waits; V dies while stealing x.
+	"steal.marked":  crashWhileStealing,
+	"steal.granted": crashWhileStealing,
+	// C holds x and is killed; V waits on x and dies while reaping C.
+	"reap.latches": crashWhileReaping,
+	"reap.slot":    crashWhileReaping,
+	"reap.slots":   crashWhileReaping,
+	// V dies inside Open, while registering.
+	"agent.claimed": crashWhileRegistering,
+	"agent.alive":   crashWhileRegistering,
+	// V holds x, P waits; V dies inside Close.
+	"deregister.released": crashWhileClosing,
+	// C dies holding x's latch; V takes it over and dies while rebuilding.
+	"repair.rebuilt": crashWhileRepairing,
+}
+
+func TestCrashPoints(t *testing.T) {
+	for _, point := range table.CrashPoints {
+		t.Run(point, func(t *testing.T) {
+			sc, ok := crashScenarios[point]
+			if !ok {
+				t.Fatalf("crash point %q has no multi-process test", point)
+			}
+			path := tablePath(t)
+			e := &crashEnv{t: t, path: path, m: openM(t, path, nil)}
+			sc(e, point)
+			e.verify()
+		})
+	}
+	for point := range crashScenarios {
+		require.True(t, slices.Contains(table.CrashPoints, point), "scenario for unknown crash point %q", point)
+	}
+}
+
+// victim spawns a child armed with point.
+func (e *crashEnv) victim(point string) *child {
+	c := spawn(e.t, e.path, nil)
+	c.send("crash %s", point)
+	c.expect("armed")
+	return c
+}
+
+// died waits (bounded) for the victim to kill itself at its crash point,
+// reaps the process and asserts that it died by SIGKILL.
+func (e *crashEnv) died(c *child) {
+	e.t.Helper()
+	deadline := time.After(eventually)
+	for open := true; open; {
+		select {
+		case l, ok := <-c.lines:
+			open = ok
+			require.False(e.t, strings.HasPrefix(l, "error"), "victim: %s", l)
+		case <-deadline:
+			e.t.Fatalf("victim %d did not reach its crash point within %v", c.pid, eventually)
+		}
+	}
+	err := c.wait()
+	var ee *exec.ExitError
+	require.ErrorAs(e.t, err, &ee, "victim must die by its crash point")
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	require.True(e.t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "victim died by %v, want SIGKILL", err)
+}
+
+// verify: nothing of dead processes remains, the checker passes, and every
+// name used is free and grantable.
+func (e *crashEnv) verify() {
+	t := e.t
+	t.Helper()
+	ctx := ctxT(t, eventually)
+	snap, err := e.m.Query(ctx)
+	require.NoError(t, err)
+	require.Empty(t, snap.Held, "all locks released by now")
+	require.Empty(t, snap.Pending)
+	check(t, e.m)
+	for _, name := range []string{"x", "y"} {
+		l, err := e.m.Acquire(ctx, name, RequestOptions{})
+		require.NoError(t, err, "free lock %q grantable after the crash", name)
+		require.NoError(t, l.Release())
+	}
+	for _, ai := range e.m.Table().Agents() {
+		require.False(t, e.m.Table().AgentDead(ai.Index), "agent record %d of dead pid %d remains", ai.Index, ai.PID)
+	}
+	check(t, e.m)
+}
+
+func crashWhileAcquiringFree(e *crashEnv, point string) {
+	v := e.victim(point)
+	v.send("acquire x")
+	e.died(v)
+	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died acquiring it")
+	check(e.t, e.m)
+	require.NoError(e.t, l.Release())
+}
+
+func crashWhileEnqueueing(e *crashEnv, point string) {
+	ctx := ctxT(e.t, eventually)
+	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
+	require.NoError(e.t, err)
+	v := e.victim(point)
+	v.send("acquire x")
+	e.died(v)
+	h := spawn(e.t, e.path, nil)
+	h.send("acquire x")
+	h.quiet("acquired")
+	require.NoError(e.t, lp.Release())
+	h.expect("acquired x")
+	check(e.t, e.m)
+	h.send("release x")
+	h.expect("released x")
+}
+
+func crashWhileReleasing(e *crashEnv, point string) {
+	v := spawn(e.t, e.path, nil)
+	v.send("acquire x")
+	tv := tokenOf(v.expect("acquired x"))
+	ctx := ctxT(e.t, eventually)
+	w := acquireAsync(ctx, e.m, "x", RequestOptions{})
+	waitPending(e.t, e.m, "x", 1)
+	v.send("crash %s", point)
+	v.expect("armed")
+	v.send("release x")
+	e.died(v)
+	l := mustGrant(e.t, w, "P after V died releasing x")
+	require.Greater(e.t, l.Token(), tv)
+	check(e.t, e.m)
+	require.NoError(e.t, l.Release())
+}
+
+func crashWhileFreeingEntry(e *crashEnv, point string) {
+	v := spawn(e.t, e.path, nil)
+	v.send("acquire x")
+	tv := tokenOf(v.expect("acquired x"))
+	v.send("crash %s", point)
+	v.expect("armed")
+	v.send("release x")
+	e.died(v)
+	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died freeing its entry")
+	require.Greater(e.t, l.Token(), tv, "tokens continue after the entry was rebuilt")
+	check(e.t, e.m)
+	require.NoError(e.t, l.Release())
+}
+
+func crashWhileAborting(e *crashEnv, point string) {
+	ctx := ctxT(e.t, eventually)
+	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
+	require.NoError(e.t, err)
+	h := spawn(e.t, e.path, nil)
+	v := e.victim(point)
+	v.send("acquire x timeout=100ms")
+	waitPending(e.t, e.m, "x", 1)
+	h.send("acquire x")
+	e.died(v)
+	h.quiet("acquired")
+	require.NoError(e.t, lp.Release())
+	h.expect("acquired x")
+	check(e.t, e.m)
+	h.send("release x")
+	h.expect("released x")
+}
+
+func crashWhileStealing(e *crashEnv, point string) {
+	ctx := ctxT(e.t, eventually)
+	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
+	require.NoError(e.t, err)
+	h := spawn(e.t, e.path, nil)
+	h.send("acquire x")
+	waitPending(e.t, e.m, "x", 1)
+	v := e.victim(point)
+	v.send("acquire x steal")
+	e.died(v)
+	// P's hold was marked stolen before V died: P learns of it (the repair rings it).
+	select {
+	case <-lp.Lost():
+	case <-ctx.Done():
+		e.t.Fatal("P's Lost did not close after a half-finished steal")
+	}
+	require.ErrorIs(e.t, lp.Release(), ErrStolen)
+	h.expect("acquired x")
+	check(e.t, e.m)
+	h.send("release x")
+	h.expect("released x")
+}
+
+func crashWhileReaping(e *crashEnv, point string) {
+	c := spawn(e.t, e.path, nil)
+	c.send("acquire x")
+	c.expect("acquired x")
+	v := e.victim(point)
+	v.send("acquire x")
+	waitPending(e.t, e.m, "x", 1)
+	c.kill()
+	e.died(v)
+	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after its holder and its reaper died")
+	check(e.t, e.m)
+	require.NoError(e.t, l.Release())
+}
+
+func crashWhileRegistering(e *crashEnv, point string) {
+	v := start(e.t, e.path, nil, envCrash+"="+point)
+	e.died(v)
+	_, err := e.m.Query(context.Background()) // reaps the half-registered record
+	require.NoError(e.t, err)
+	for _, ai := range e.m.Table().Agents() {
+		require.NotEqual(e.t, v.cmd.Process.Pid, ai.PID)
+	}
+}
+
+func crashWhileClosing(e *crashEnv, point string) {
+	v := spawn(e.t, e.path, nil)
+	v.send("acquire x")
+	v.expect("acquired x")
+	w := acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{})
+	waitPending(e.t, e.m, "x", 1)
+	v.send("crash %s", point)
+	v.expect("armed")
+	v.send("close")
+	e.died(v)
+	l := mustGrant(e.t, w, "P after V died closing")
+	check(e.t, e.m)
+	require.NoError(e.t, l.Release())
+}
+
+func crashWhileRepairing(e *crashEnv, point string) {
+	c := spawn(e.t, e.path, nil)
+	c.send("acquire x")
+	c.expect("acquired x")
+	v := e.victim(point)
+	v.send("acquire x")
+	waitPending(e.t, e.m, "x", 1)
+	c.send("crash release.unlinked") // C dies holding x's latch
+	c.expect("armed")
+	c.send("release x")
+	e.died(c)
+	e.died(v) // V reaps C, takes the latch over and dies rebuilding
+	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after two dead latch owners")
+	check(e.t, e.m)
+	require.NoError(e.t, l.Release())
+}

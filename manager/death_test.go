@@ -1,0 +1,139 @@
+package manager
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// deadGone asserts that nothing of pid remains: no held or pending request,
+// no agent record; and that the checker passes.
+func deadGone(t *testing.T, m *Manager, pid int) {
+	t.Helper()
+	snap, err := m.Query(context.Background())
+	require.NoError(t, err)
+	for _, li := range append(snap.Held, snap.Pending...) {
+		require.NotEqual(t, pid, li.PID, "request of dead process %d still in the table: %+v", pid, li)
+	}
+	for _, ai := range m.Table().Agents() {
+		require.NotEqual(t, pid, ai.PID, "agent record of dead process %d still in the table", pid)
+	}
+	check(t, m)
+}
+
+// A process dies holding locks and waiting for one, in each way a process
+// can die; a waiter in another process is granted promptly and nothing of
+// the dead process remains. The zombie case does not wait for the child
+// before expecting the grant: a zombie counts as dead.
+func TestReapDeadHolder(t *testing.T) {
+	for _, how := range []string{"sigkill", "zombie", "exit", "panic"} {
+		t.Run(how, func(t *testing.T) {
+			path := tablePath(t)
+			m := openM(t, path, nil)
+			q := spawn(t, path, nil)
+			q.send("acquire x")
+			tq := tokenOf(q.expect("acquired x"))
+			q.send("acquire y shared")
+			q.expect("acquired y")
+			m2 := openM(t, path, nil)
+			ly, err := m2.Acquire(context.Background(), "z", RequestOptions{})
+			require.NoError(t, err)
+			q.send("acquire z")
+			waitPending(t, m, "z", 1)
+			ctx := ctxT(t, eventually)
+			wx := acquireAsync(ctx, m, "x", RequestOptions{})
+			wy := acquireAsync(ctx, m, "y", RequestOptions{})
+			waitPending(t, m, "x", 1)
+			mustBlock(t, wx, "x held by the live child")
+			start := time.Now()
+			switch how {
+			case "sigkill":
+				q.kill()
+			case "zombie":
+				q.cmd.Process.Kill() // not waited for until cleanup: a zombie
+			case "exit":
+				q.send("exit")
+			case "panic":
+				q.send("panic")
+			}
+			lx := mustGrant(t, wx, "waiter after the holder died")
+			t.Logf("%s: waiter granted %v after the kill", how, time.Since(start))
+			require.Greater(t, lx.Token(), tq)
+			mustGrant(t, wy, "second name").Release()
+			deadGone(t, m, q.pid)
+			require.NoError(t, lx.Release())
+			require.NoError(t, ly.Release())
+			check(t, m)
+		})
+	}
+}
+
+// Hard case 4: an agent record whose PID belongs to a live, unrelated
+// process but whose start time differs is dead: its lock is reaped.
+func TestPIDReuseIsDead(t *testing.T) {
+	if table.ProcessStart(os.Getpid()) == 0 {
+		t.Skip("process start times are not available on this system")
+	}
+	path := tablePath(t)
+	m := openM(t, path, nil)
+	// Forge an agent that claims our parent's PID (alive) with another start time.
+	ppid := os.Getppid()
+	self := table.Self()
+	forged, err := m.Table().Register(table.Identity{PID: ppid, Start: table.ProcessStart(ppid) + 12345, Boot: self.Boot}, 77)
+	require.NoError(t, err)
+	var w table.Wakes
+	_, out, _, err := m.Table().Acquire(forged, "p", table.Hash("p"), 0, false, false, &w)
+	require.NoError(t, err)
+	require.Equal(t, table.Granted, out)
+	l := mustGrant(t, acquireAsync(ctxT(t, eventually), m, "p", RequestOptions{}), "lock of a recycled PID")
+	require.NoError(t, l.Release())
+	deadGone(t, m, ppid)
+
+	// The same PID with the right start time is alive and keeps its lock.
+	real, err := m.Table().Register(table.Identity{PID: ppid, Start: table.ProcessStart(ppid), Boot: self.Boot}, 78)
+	require.NoError(t, err)
+	_, out, _, err = m.Table().Acquire(real, "p", table.Hash("p"), 0, false, false, &w)
+	require.NoError(t, err)
+	require.Equal(t, table.Granted, out)
+	mustBlock(t, acquireAsync(ctxT(t, eventually), m, "p", RequestOptions{}), "lock of a live process")
+	var w2 table.Wakes
+	require.NoError(t, m.Table().Deregister(real, &w2))
+	m.Table().Deliver(&w2, nil)
+}
+
+// Hard case 5: a table file whose boot id differs from the running kernel's
+// is reset on Open: its agents are gone, and tokens continue.
+func TestStaleBootResetsAgents(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, nil)
+	other := table.Identity{PID: os.Getpid(), Start: table.Self().Start, Boot: 0x5eed} // this very PID, another boot
+	old, err := m.Table().Register(other, 99)
+	require.NoError(t, err)
+	var w table.Wakes
+	_, out, tok, err := m.Table().Acquire(old, "b", table.Hash("b"), 0, false, false, &w)
+	require.NoError(t, err)
+	require.Equal(t, table.Granted, out)
+	require.NoError(t, m.Close())
+	// Pretend the file outlived a reboot: another boot id in the header.
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	var id [16]byte
+	binary.NativeEndian.PutUint64(id[:], 0xdeadbeef)
+	_, err = f.WriteAt(id[:], 128)
+	require.NoError(t, err)
+	f.Close()
+	m2 := openM(t, path, nil)
+	require.False(t, m2.Table().StaleBoot(), "Open records the running kernel's boot id")
+	require.Len(t, m2.Table().Agents(), 1, "only the new agent remains")
+	l, err := m2.Acquire(context.Background(), "b", RequestOptions{IfAvailable: true})
+	require.NoError(t, err)
+	require.Greater(t, l.Token(), tok, "tokens continue across the reset")
+	require.NoError(t, l.Release())
+	check(t, m2)
+}
