@@ -383,3 +383,50 @@ func TestClientIDUnique(t *testing.T) {
 		require.Equal(t, m.ClientID(), m.ClientID())
 	}
 }
+
+// The bell loop's scan runs concurrently with Request recycling its Lock
+// objects; it must never mark a live grant lost (a regression: a stale Lock
+// pointer once made an uncontended Release report ErrStolen).
+func TestScanNeverLosesRecycledLocks(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	ctx := ctxT(t, eventually)
+	stop := make(chan struct{})
+	var scans sync.WaitGroup
+	scans.Add(1)
+	go func() {
+		defer scans.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if m.enter() {
+				m.scan(true)
+				m.leave()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	n := 20000
+	if raceEnabled {
+		n = 3000
+	}
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			fn := func(context.Context, *Lock) error { return nil }
+			for i := 0; i < n; i++ {
+				if err := m.Request(ctx, fmt.Sprint("r", g), RequestOptions{}, fn); err != nil {
+					t.Errorf("Request: %v", err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(stop)
+	scans.Wait()
+	check(t, m)
+}

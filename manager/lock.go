@@ -11,23 +11,30 @@ import (
 	"github.com/shmlocks/shmlocks/table"
 )
 
-// Lock states.
+// Lock states, in the low byte of Lock.state; the bits above count the
+// Lock's incarnations. Request reuses Lock objects, and the bell loop may
+// still hold a pointer to a Lock that was released and granted again: it
+// only ever changes a Lock by a CAS on the exact (incarnation, state) word it
+// validated, so it can never touch a later incarnation.
 const (
-	lockHeld     = iota // granted, not yet released
-	lockReleased        // released by its holder
-	lockLost            // stolen, reaped, or released by Close
+	lockHeld     = 1 + iota // granted, not yet released
+	lockReleased            // released by its holder
+	lockClosed              // released by Close
+	lockStolen              // stolen or reaped while held
+
+	stateBits = 8
+	stateMask = 1<<stateBits - 1
 )
 
 // Lock is a granted request. A Lock obtained in Request's callback must not
 // be used after the callback returns.
 type Lock struct {
-	m      *Manager
-	name   string
-	mode   Mode
-	ref    table.Ref
-	token  uint64
-	state  atomic.Uint32
-	stolen atomic.Bool // lost by a steal or reap (not by Close)
+	m     *Manager
+	name  string
+	mode  Mode
+	ref   table.Ref
+	token uint64
+	state atomic.Uint64 // incarnation<<stateBits | lock state
 
 	mu   sync.Mutex
 	lost chan struct{} // created lazily by Lost or the Request context
@@ -36,13 +43,18 @@ type Lock struct {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
+// init makes l a fresh held lock (a new incarnation). Only the state word is
+// read by other goroutines before l is published in m.held, so the other
+// fields are written plainly.
 func (l *Lock) init(m *Manager, name string, mode Mode, ref table.Ref, token uint64) {
+	inc := l.state.Load()>>stateBits + 1
 	l.m, l.name, l.mode, l.ref, l.token = m, name, mode, ref, token
-	l.state.Store(lockHeld)
-	l.stolen.Store(false)
 	l.lost = nil
 	l.ctx = lockCtx{l: l}
+	l.state.Store(inc<<stateBits | lockHeld)
 }
+
+func (l *Lock) st() uint64 { return l.state.Load() & stateMask }
 
 // Name returns the lock's name.
 func (l *Lock) Name() string { return l.name }
@@ -61,7 +73,7 @@ func (l *Lock) Lost() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lost == nil {
-		if l.state.Load() == lockLost {
+		if st := l.st(); st == lockStolen || st == lockClosed {
 			return closedChan
 		}
 		l.lost = make(chan struct{})
@@ -69,13 +81,13 @@ func (l *Lock) Lost() <-chan struct{} {
 	return l.lost
 }
 
-// markLost moves a held lock to lost and closes its channels. stolen says
-// whether it was taken away by someone else (steal, reap) rather than Close.
-func (l *Lock) markLost(stolen bool) bool {
-	if !l.state.CompareAndSwap(lockHeld, lockLost) {
+// markLost moves the incarnation whose state word is word from held to to
+// (lockStolen or lockClosed) and closes its channels. It does nothing if l
+// has moved on (released, or another incarnation).
+func (l *Lock) markLost(word, to uint64) bool {
+	if word&stateMask != lockHeld || !l.state.CompareAndSwap(word, word&^stateMask|to) {
 		return false
 	}
-	l.stolen.Store(stolen)
 	l.mu.Lock()
 	if l.lost != nil {
 		close(l.lost)
@@ -94,7 +106,8 @@ func (l *Lock) Release() error {
 		return fmt.Errorf("%w: nil lock", ErrReleased)
 	}
 	m := l.m
-	if !l.state.CompareAndSwap(lockHeld, lockReleased) {
+	word := l.state.Load()
+	if word&stateMask != lockHeld || !l.state.CompareAndSwap(word, word&^stateMask|lockReleased) {
 		return l.notHeldErr()
 	}
 	m.held[l.ref.Slot].CompareAndSwap(l, nil)
@@ -111,8 +124,7 @@ func (l *Lock) Release() error {
 	case err == nil:
 		return nil
 	case errors.Is(err, table.ErrStolen), errors.Is(err, table.ErrNotHeld):
-		l.state.Store(lockLost)
-		l.stolen.Store(true)
+		l.state.Store(word&^stateMask | lockStolen)
 		return fmt.Errorf("release %q: %w", l.name, ErrStolen)
 	default:
 		return fmt.Errorf("release %q: %w", l.name, err)
@@ -120,10 +132,10 @@ func (l *Lock) Release() error {
 }
 
 func (l *Lock) notHeldErr() error {
-	if l.state.Load() == lockLost {
-		if l.stolen.Load() {
-			return fmt.Errorf("release %q: %w", l.name, ErrStolen)
-		}
+	switch l.st() {
+	case lockStolen:
+		return fmt.Errorf("release %q: %w", l.name, ErrStolen)
+	case lockClosed:
 		return fmt.Errorf("release %q: %w", l.name, ErrClosed)
 	}
 	return fmt.Errorf("release %q: %w", l.name, ErrReleased)
@@ -144,7 +156,7 @@ func (c *lockCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 func (c *lockCtx) Value(key any) any           { return c.parent.Value(key) }
 
 func (c *lockCtx) Err() error {
-	if c.l.state.Load() == lockLost {
+	if st := c.l.st(); st == lockStolen || st == lockClosed {
 		return context.Canceled
 	}
 	return c.parent.Err()
@@ -158,7 +170,7 @@ func (c *lockCtx) Done() <-chan struct{} {
 		return c.done
 	}
 	if l.lost == nil {
-		if l.state.Load() == lockLost {
+		if st := l.st(); st == lockStolen || st == lockClosed {
 			return closedChan
 		}
 		l.lost = make(chan struct{})

@@ -117,6 +117,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		if err != nil {
 			return err
 		}
+		m.a.InFlight = &m.inflight
 		var w table.Wakes
 		_, err = t.ReapDead(m.a, &w)
 		t.Deliver(&w, m.ringFn)
@@ -199,7 +200,7 @@ func (m *Manager) Close() error {
 	})
 	for i := range m.held {
 		if l := m.held[i].Swap(nil); l != nil {
-			l.markLost(false)
+			l.markLost(l.state.Load(), lockClosed)
 		}
 	}
 	m.bell.closeSender()

@@ -39,7 +39,7 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	ferr := fn(&l.ctx, l)
 	l.ctx.finish()
 	rerr := l.Release()
-	if rerr == nil && l.state.Load() == lockReleased {
+	if rerr == nil {
 		m.pool.Put(l)
 		return ferr
 	}
@@ -123,9 +123,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	m.held[ref.Slot].Store(l)
 	// A steal between the grant and the registration would have found no Lock
 	// to notify: look once more.
-	if st, _, ok := m.t.Status(m.a, ref); !ok || st != table.SlotHeld {
-		m.lose(l)
-	}
+	m.loseIfGone(ref.Slot, l)
 	return nil
 }
 
@@ -281,23 +279,34 @@ func (m *Manager) scan(force bool) {
 	}
 }
 
-// scanHeld marks lost every registered lock whose slot is no longer held by us.
+// scanHeld marks lost every registered lock whose slot is no longer held by
+// us. It reads nothing of a Lock but its atomic state word: the registry
+// index is the slot, and the Lock is changed only by a CAS on the
+// (incarnation, held) word that was registered at that slot.
 func (m *Manager) scanHeld() {
 	for i := range m.held {
 		l := m.held[i].Load()
 		if l == nil {
 			continue
 		}
-		if st, _, ok := m.t.Status(m.a, l.ref); !ok || st != table.SlotHeld {
-			m.lose(l)
-		}
+		m.loseIfGone(uint32(i), l)
 	}
 }
 
-// lose marks l lost because its slot was stolen or reaped, and frees a stolen slot.
-func (m *Manager) lose(l *Lock) {
-	if l.markLost(true) {
-		m.held[l.ref.Slot].CompareAndSwap(l, nil)
-		m.t.FreeStolen(m.a, l.ref)
+// loseIfGone marks l lost if the slot it is registered at is no longer held by us.
+func (m *Manager) loseIfGone(slot uint32, l *Lock) {
+	word := l.state.Load()
+	if word&stateMask != lockHeld || m.held[slot].Load() != l {
+		return // released, re-granted elsewhere, or never this slot's
+	}
+	st, serial, mine := m.t.SlotState(m.a, slot)
+	if mine && st == table.SlotHeld {
+		return
+	}
+	if l.markLost(word, lockStolen) {
+		m.held[slot].CompareAndSwap(l, nil)
+		if mine && st == table.SlotStolen {
+			m.t.FreeStolen(m.a, table.Ref{Slot: slot, Serial: serial})
+		}
 	}
 }

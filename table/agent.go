@@ -13,7 +13,10 @@ type Agent struct {
 	word  uint64 // our ALIVE agent word
 	Nonce uint64
 
-	latching  atomic.Int32  // goroutines of this agent holding or acquiring a latch
+	// InFlight, when set, counts this agent's table operations in progress
+	// (the Manager's own counter). A latch word naming this agent while only
+	// the asking operation is in flight is garbage and may be taken over.
+	InFlight *atomic.Int64
 	slotHint  atomic.Uint32 // where to look for a free slot first
 	entryHint atomic.Uint32 // where to look for a free entry first
 }
@@ -162,12 +165,9 @@ func (t *Table) Reap(a *Agent, idx uint32, word uint64, w *Wakes) error {
 		if v&latchOwner != idx+1 || atomic.LoadUint64(wp) != word {
 			continue
 		}
-		a.latching.Add(1)
 		if atomic.CompareAndSwapUint32(lw, v, a.Idx+1|v&latchWaiters) {
 			t.repair(a, b, w)
 			t.unlatch(a, b)
-		} else {
-			a.latching.Add(-1)
 		}
 	}
 	crash("reap.latches")

@@ -36,7 +36,6 @@ func (t *Table) latchWord(b uint32) *uint32 { return t.u32(t.bucketOff(b) + bkLa
 func (t *Table) latch(a *Agent, b uint32, w *Wakes) {
 	lw := t.latchWord(b)
 	me := a.Idx + 1
-	a.latching.Add(1)
 	if atomic.CompareAndSwapUint32(lw, 0, me) {
 		crash("latch.acquired")
 		return
@@ -91,7 +90,6 @@ func (t *Table) latchSlow(a *Agent, b uint32, lw *uint32, me uint32, w *Wakes) {
 func (t *Table) unlatch(a *Agent, b uint32) {
 	lw := t.latchWord(b)
 	old := atomic.SwapUint32(lw, 0)
-	a.latching.Add(-1)
 	if old&latchWaiters != 0 {
 		futex.Wake(lw, 1<<30)
 	}
@@ -99,14 +97,15 @@ func (t *Table) unlatch(a *Agent, b uint32) {
 
 // latchOwnerDead decides whether a latch owner can be taken over: an owner
 // index out of range or of a free agent record is garbage; our own index is
-// garbage only when none of our goroutines holds or is acquiring a latch;
-// any other owner is dead when its identity no longer names a live process.
+// garbage only when no other operation of ours is in flight (so none can
+// hold a latch); any other owner is dead when its identity no longer names a
+// live process.
 func (t *Table) latchOwnerDead(a *Agent, owner uint32) bool {
 	if owner >= uint32(t.l.MaxAgents) {
 		return true
 	}
 	if owner == a.Idx {
-		return a.latching.Load() <= 1
+		return a.InFlight != nil && a.InFlight.Load() <= 1
 	}
 	dead, _ := t.agentDead(owner)
 	return dead

@@ -58,6 +58,7 @@ const (
 	hdrGrants       = 160 // uint64, total grants (statistics, advisory)
 	hdrReaps        = 168 // uint64, agents reaped (statistics, advisory)
 	hdrRepairs      = 176 // uint64, buckets rebuilt after a dead latch owner (statistics, advisory)
+	hdrSpare        = 184 // uint32, reserved for benchmarks (raw CAS floor)
 )
 
 // Bucket field offsets (stride BucketSize).
@@ -81,7 +82,7 @@ const (
 	enHash    = 40 // uint64: hash of the name
 	enNameLen = 48 // uint32
 	enNWait   = 52 // uint32: number of waiting slots
-	enCreated = 56 // int64: unix nanoseconds when the entry was created
+	enCreated = 56 // int64: reserved (zero)
 	enName    = 64 // [MaxNameLen]byte
 )
 
@@ -96,7 +97,7 @@ const (
 	slFlags   = 28 // uint32: flagSteal ...
 	slToken   = 32 // uint64: fencing token, written at grant
 	slEnqueue = 40 // int64: unix nanoseconds when enqueued
-	slGrant   = 48 // int64: unix nanoseconds when granted
+	slGrant   = 48 // int64: unix nanoseconds when granted from the queue (0: granted at once, not recorded)
 )
 
 // Agent field offsets (stride AgentSize).
@@ -279,6 +280,17 @@ func parseHeader(b []byte) (layout, error) {
 // validated against the geometry before any offset is formed).
 func (t *Table) u32(off uint64) *uint32 { return (*uint32)(unsafe.Add(t.base, off)) }
 func (t *Table) u64(off uint64) *uint64 { return (*uint64)(unsafe.Add(t.base, off)) }
+
+// Plain accessors, for the words that only holders of the bucket latch read
+// and write (links, counts, modes, tokens, sequence numbers, names): the
+// latch's own atomic CAS and Swap order them, so they need no atomic stores
+// of their own (an atomic store is a full-barrier XCHG on amd64). Words that
+// anyone reads without the latch (slot and agent words, entry state, bucket
+// latch and chain head) always use sync/atomic. See docs/design.md.
+func (t *Table) ld32(off uint64) uint32    { return *t.u32(off) }
+func (t *Table) st32(off uint64, v uint32) { *t.u32(off) = v }
+func (t *Table) ld64(off uint64) uint64    { return *t.u64(off) }
+func (t *Table) st64(off uint64, v uint64) { *t.u64(off) = v }
 
 func (t *Table) bucketOff(b uint32) uint64 { return t.l.bucketsOff + uint64(b)*BucketSize }
 func (t *Table) entryOff(e uint32) uint64  { return t.l.entriesOff + uint64(e)*uint64(t.l.entryStride) }

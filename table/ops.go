@@ -107,7 +107,6 @@ const (
 // once, ahead of the queue. With ifAvailable, the request is granted only if
 // it is grantable at once; otherwise nothing is left behind.
 func (t *Table) Acquire(a *Agent, name string, h uint64, mode uint32, ifAvailable, steal bool, w *Wakes) (Ref, Outcome, uint64, error) {
-	now := nowNano()
 	s, serial, err := t.claimSlot(a)
 	if err != nil {
 		return Ref{}, NotAvailable, 0, err
@@ -117,7 +116,7 @@ func (t *Table) Acquire(a *Agent, name string, h uint64, mode uint32, ifAvailabl
 	t.latch(a, b, w)
 	e, err := t.findEntry(b, name, h)
 	if err == nil && e == noEntry {
-		e, err = t.allocEntry(a, b, name, h, now)
+		e, err = t.allocEntry(a, b, name, h)
 	}
 	if err != nil {
 		t.unlatch(a, b)
@@ -125,27 +124,27 @@ func (t *Table) Acquire(a *Agent, name string, h uint64, mode uint32, ifAvailabl
 		return Ref{}, NotAvailable, 0, err
 	}
 	so := t.slotOff(s)
-	atomic.StoreUint32(t.u32(so+slEntry), e+1)
-	atomic.StoreUint32(t.u32(so+slMode), mode)
+	t.st32(so+slEntry, e+1)
+	t.st32(so+slMode, mode)
 	var flags uint32
 	if steal {
 		flags = flagSteal
 	}
-	atomic.StoreUint32(t.u32(so+slFlags), flags)
-	atomic.StoreUint64(t.u64(so+slEnqueue), uint64(now))
+	t.st32(so+slFlags, flags)
 	eo := t.entryOff(e)
 	out := Granted
 	var token uint64
 	switch {
 	case steal:
 		t.stealHolders(e, w)
-		token = t.grant(s, e, mode, now)
+		token = t.grant(s, e, mode, nowNano())
 		crash("steal.granted")
 	case t.grantable(eo, mode):
-		token = t.grant(s, e, mode, now)
+		token = t.grant(s, e, mode, 0) // uncontended: no clock read (grant time unrecorded)
 	case ifAvailable:
 		out = NotAvailable
 	default:
+		t.st64(so+slEnqueue, uint64(nowNano()))
 		t.enqueue(s, e)
 		out = Queued
 	}
@@ -172,7 +171,7 @@ func (t *Table) Status(a *Agent, r Ref) (state uint8, token uint64, ok bool) {
 	}
 	st := wordState(sw)
 	if st == SlotHeld {
-		token = atomic.LoadUint64(t.u64(so + slToken))
+		token = t.ld64(so + slToken)
 	}
 	return st, token, true
 }
@@ -208,7 +207,7 @@ func (t *Table) Release(a *Agent, r Ref, w *Wakes) error {
 		}
 		return ErrNotHeld
 	}
-	e := atomic.LoadUint32(t.u32(t.slotOff(r.Slot)+slEntry)) - 1
+	e := t.ld32(t.slotOff(r.Slot)+slEntry) - 1
 	if e >= uint32(t.l.MaxResources) || atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != r.Bucket+1 {
 		t.unlatch(a, r.Bucket)
 		return corruptf("slot entry", e+1, "slot %d is held but its entry is not live in bucket %d", r.Slot, r.Bucket)
@@ -234,7 +233,7 @@ func (t *Table) Abort(a *Agent, r Ref, w *Wakes) (Outcome, uint64, error) {
 	}
 	switch wordState(sw) {
 	case SlotHeld:
-		token := atomic.LoadUint64(t.u64(t.slotOff(r.Slot) + slToken))
+		token := t.ld64(t.slotOff(r.Slot) + slToken)
 		t.unlatch(a, r.Bucket)
 		return Granted, token, nil
 	case SlotStolen:
@@ -246,7 +245,7 @@ func (t *Table) Abort(a *Agent, r Ref, w *Wakes) (Outcome, uint64, error) {
 		t.unlatch(a, r.Bucket)
 		return NotAvailable, 0, ErrNotHeld
 	}
-	e := atomic.LoadUint32(t.u32(t.slotOff(r.Slot)+slEntry)) - 1
+	e := t.ld32(t.slotOff(r.Slot)+slEntry) - 1
 	if e >= uint32(t.l.MaxResources) || atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != r.Bucket+1 {
 		t.unlatch(a, r.Bucket)
 		return NotAvailable, 0, corruptf("slot entry", e+1, "slot %d waits but its entry is not live in bucket %d", r.Slot, r.Bucket)
@@ -319,13 +318,13 @@ func (t *Table) findEntry(b uint32, name string, h uint64) (uint32, error) {
 		if atomic.LoadUint32(t.u32(eo+enState)) != b+1 {
 			return noEntry, corruptf("entry state", atomic.LoadUint32(t.u32(eo+enState)), "entry %d is in the chain of bucket %d", e, b)
 		}
-		if atomic.LoadUint64(t.u64(eo+enHash)) == h {
-			n := atomic.LoadUint32(t.u32(eo + enNameLen))
+		if t.ld64(eo+enHash) == h {
+			n := t.ld32(eo + enNameLen)
 			if int(n) == len(name) && t.entryName(eo, n) == name {
 				return e, nil
 			}
 		}
-		next = atomic.LoadUint32(t.u32(eo + enNext))
+		next = t.ld32(eo + enNext)
 	}
 	return noEntry, nil
 }
@@ -333,7 +332,7 @@ func (t *Table) findEntry(b uint32, name string, h uint64) (uint32, error) {
 // allocEntry claims a free entry for name in bucket b and links it at the
 // head of the chain. Its token counter starts at the bucket's high-water
 // mark, so tokens of a name keep increasing across entry reuse.
-func (t *Table) allocEntry(a *Agent, b uint32, name string, h uint64, now int64) (uint32, error) {
+func (t *Table) allocEntry(a *Agent, b uint32, name string, h uint64) (uint32, error) {
 	if len(name) > t.l.MaxNameLen {
 		return noEntry, corruptf("name length", len(name), "over MaxNameLen %d", t.l.MaxNameLen)
 	}
@@ -349,19 +348,18 @@ func (t *Table) allocEntry(a *Agent, b uint32, name string, h uint64, now int64)
 		a.entryHint.Store(e)
 		crash("entry.allocated")
 		bo := t.bucketOff(b)
-		atomic.StoreUint32(t.u32(eo+enQHead), 0)
-		atomic.StoreUint32(t.u32(eo+enQTail), 0)
-		atomic.StoreUint32(t.u32(eo+enHHead), 0)
-		atomic.StoreUint32(t.u32(eo+enNHeld), 0)
-		atomic.StoreUint32(t.u32(eo+enNWait), 0)
-		atomic.StoreUint32(t.u32(eo+enHMode), 0)
-		atomic.StoreUint64(t.u64(eo+enToken), atomic.LoadUint64(t.u64(bo+bkMaxToken)))
-		atomic.StoreUint64(t.u64(eo+enHash), h)
-		atomic.StoreUint64(t.u64(eo+enCreated), uint64(now))
+		t.st32(eo+enQHead, 0)
+		t.st32(eo+enQTail, 0)
+		t.st32(eo+enHHead, 0)
+		t.st32(eo+enNHeld, 0)
+		t.st32(eo+enNWait, 0)
+		t.st32(eo+enHMode, 0)
+		t.st64(eo+enToken, t.ld64(bo+bkMaxToken))
+		t.st64(eo+enHash, h)
 		// The name bytes are written plainly: they are read only under this
 		// bucket's latch (or by tools that tolerate a torn read).
 		copy(unsafe.Slice((*byte)(unsafe.Add(t.base, eo+enName)), len(name)), name)
-		atomic.StoreUint32(t.u32(eo+enNameLen), uint32(len(name)))
+		t.st32(eo+enNameLen, uint32(len(name)))
 		atomic.StoreUint32(t.u32(eo+enNext), atomic.LoadUint32(t.u32(bo+bkHead)))
 		atomic.StoreUint32(t.u32(bo+bkHead), e+1)
 		crash("entry.linked")
@@ -373,12 +371,12 @@ func (t *Table) allocEntry(a *Agent, b uint32, name string, h uint64, now int64)
 // maybeFreeEntry frees entry e of bucket b if nothing holds or waits on it.
 func (t *Table) maybeFreeEntry(e, b uint32) {
 	eo := t.entryOff(e)
-	if atomic.LoadUint32(t.u32(eo+enNHeld)) != 0 || atomic.LoadUint32(t.u32(eo+enQHead)) != 0 {
+	if t.ld32(eo+enNHeld) != 0 || t.ld32(eo+enQHead) != 0 {
 		return
 	}
 	bo := t.bucketOff(b)
-	if tok := atomic.LoadUint64(t.u64(eo + enToken)); tok > atomic.LoadUint64(t.u64(bo+bkMaxToken)) {
-		atomic.StoreUint64(t.u64(bo+bkMaxToken), tok)
+	if tok := t.ld64(eo + enToken); tok > t.ld64(bo+bkMaxToken) {
+		t.st64(bo+bkMaxToken, tok)
 	}
 	// Unlink from the chain (chains are short: the table has twice as many buckets as entries).
 	prev := t.u32(bo + bkHead)
@@ -388,13 +386,13 @@ func (t *Table) maybeFreeEntry(e, b uint32) {
 			break
 		}
 		if cur == e+1 {
-			atomic.StoreUint32(prev, atomic.LoadUint32(t.u32(eo+enNext)))
+			atomic.StoreUint32(prev, t.ld32(eo+enNext))
 			break
 		}
 		prev = t.u32(t.entryOff(cur-1) + enNext)
 	}
 	crash("entry.unlinked")
-	atomic.StoreUint32(t.u32(eo+enNameLen), 0)
+	t.st32(eo+enNameLen, 0)
 	atomic.CompareAndSwapUint32(t.u32(eo+enState), b+1, 0)
 }
 
@@ -411,84 +409,84 @@ func (t *Table) grantable(eo uint64, mode uint32) bool {
 	if faultBreakExclusion.Load() {
 		return true
 	}
-	if atomic.LoadUint32(t.u32(eo+enQHead)) != 0 {
+	if t.ld32(eo+enQHead) != 0 {
 		return false
 	}
 	return compatible(t, eo, mode)
 }
 
 func compatible(t *Table, eo uint64, mode uint32) bool {
-	if atomic.LoadUint32(t.u32(eo+enNHeld)) == 0 {
+	if t.ld32(eo+enNHeld) == 0 {
 		return true
 	}
-	return mode == ModeShared && atomic.LoadUint32(t.u32(eo+enHMode)) == ModeShared
+	return mode == ModeShared && t.ld32(eo+enHMode) == ModeShared
 }
 
 // grant marks slot s (claimed or waiting, in no list) HELD with the next
 // token and links it into e's held list.
 func (t *Table) grant(s, e, mode uint32, now int64) uint64 {
 	eo, so := t.entryOff(e), t.slotOff(s)
-	token := atomic.LoadUint64(t.u64(eo+enToken)) + 1
-	atomic.StoreUint64(t.u64(eo+enToken), token)
-	atomic.StoreUint64(t.u64(so+slToken), token)
-	atomic.StoreUint64(t.u64(so+slGrant), uint64(now))
+	token := t.ld64(eo+enToken) + 1
+	t.st64(eo+enToken, token)
+	t.st64(so+slToken, token)
+	t.st64(so+slGrant, uint64(now))
 	sp := t.u64(so + slWord)
 	sw := atomic.LoadUint64(sp)
 	atomic.StoreUint64(sp, slotWord(wordSerial(sw), wordAgent(sw), SlotHeld))
 	crash("grant.marked")
-	head := atomic.LoadUint32(t.u32(eo + enHHead))
-	atomic.StoreUint32(t.u32(so+slPrev), 0)
-	atomic.StoreUint32(t.u32(so+slNext), head)
+	head := t.ld32(eo + enHHead)
+	t.st32(so+slPrev, 0)
+	t.st32(so+slNext, head)
 	if head != 0 && head-1 < uint32(t.l.MaxRequests) {
-		atomic.StoreUint32(t.u32(t.slotOff(head-1)+slPrev), s+1)
+		t.st32(t.slotOff(head-1)+slPrev, s+1)
 	}
-	atomic.StoreUint32(t.u32(eo+enHHead), s+1)
-	atomic.StoreUint32(t.u32(eo+enNHeld), atomic.LoadUint32(t.u32(eo+enNHeld))+1)
-	atomic.StoreUint32(t.u32(eo+enHMode), mode)
+	t.st32(eo+enHHead, s+1)
+	t.st32(eo+enNHeld, t.ld32(eo+enNHeld)+1)
+	t.st32(eo+enHMode, mode)
 	return token
 }
 
 // enqueue marks claimed slot s WAITING and links it at the tail of e's queue.
 func (t *Table) enqueue(s, e uint32) {
 	eo, so := t.entryOff(e), t.slotOff(s)
-	seq := atomic.LoadUint32(t.u32(eo + enSeq))
-	atomic.StoreUint32(t.u32(so+slSeq), seq)
+	seq := t.ld32(eo + enSeq)
+	t.st32(so+slSeq, seq)
 	sp := t.u64(so + slWord)
 	sw := atomic.LoadUint64(sp)
 	atomic.StoreUint64(sp, slotWord(wordSerial(sw), wordAgent(sw), SlotWaiting))
-	atomic.StoreUint32(t.u32(eo+enSeq), seq+1)
+	t.st32(eo+enSeq, seq+1)
 	crash("enqueue.marked")
-	tail := atomic.LoadUint32(t.u32(eo + enQTail))
-	atomic.StoreUint32(t.u32(so+slPrev), tail)
-	atomic.StoreUint32(t.u32(so+slNext), 0)
+	tail := t.ld32(eo + enQTail)
+	t.st32(so+slPrev, tail)
+	t.st32(so+slNext, 0)
 	if tail != 0 && tail-1 < uint32(t.l.MaxRequests) {
-		atomic.StoreUint32(t.u32(t.slotOff(tail-1)+slNext), s+1)
+		t.st32(t.slotOff(tail-1)+slNext, s+1)
 	} else {
-		atomic.StoreUint32(t.u32(eo+enQHead), s+1)
+		t.st32(eo+enQHead, s+1)
 	}
-	atomic.StoreUint32(t.u32(eo+enQTail), s+1)
-	atomic.StoreUint32(t.u32(eo+enNWait), atomic.LoadUint32(t.u32(eo+enNWait))+1)
+	t.st32(eo+enQTail, s+1)
+	t.st32(eo+enNWait, t.ld32(eo+enNWait)+1)
 	crash("enqueue.linked")
 }
 
-// unlink removes slot s from a doubly linked list given its head (and tail,
-// for the queue; nil for the held list) words.
-func (t *Table) unlink(s uint32, head, tail *uint32) {
+// unlink removes slot s from a doubly linked list given the offsets of its
+// head (and tail, for the queue; 0 for the held list) words.
+func (t *Table) unlink(s uint32, headOff, tailOff uint64) {
 	so := t.slotOff(s)
-	prev := atomic.LoadUint32(t.u32(so + slPrev))
-	next := atomic.LoadUint32(t.u32(so + slNext))
+	prev := t.ld32(so + slPrev)
+	next := t.ld32(so + slNext)
 	if prev != 0 && prev-1 < uint32(t.l.MaxRequests) {
-		atomic.StoreUint32(t.u32(t.slotOff(prev-1)+slNext), next)
+		t.st32(t.slotOff(prev-1)+slNext, next)
 	} else {
-		atomic.StoreUint32(head, next)
+		t.st32(headOff, next)
 	}
 	if next != 0 && next-1 < uint32(t.l.MaxRequests) {
-		atomic.StoreUint32(t.u32(t.slotOff(next-1)+slPrev), prev)
-	} else if tail != nil {
-		atomic.StoreUint32(tail, prev)
+		t.st32(t.slotOff(next-1)+slPrev, prev)
+	} else if tailOff != 0 {
+		t.st32(tailOff, prev)
 	}
-	atomic.StoreUint32(t.u32(so+slPrev), 0)
-	atomic.StoreUint32(t.u32(so+slNext), 0)
+	t.st32(so+slPrev, 0)
+	t.st32(so+slNext, 0)
 }
 
 // removeSlot takes waiting or held slot s (word sw) of entry e out of its
@@ -497,15 +495,15 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 	eo := t.entryOff(e)
 	switch wordState(sw) {
 	case SlotHeld:
-		t.unlink(s, t.u32(eo+enHHead), nil)
-		if n := atomic.LoadUint32(t.u32(eo + enNHeld)); n > 0 {
-			atomic.StoreUint32(t.u32(eo+enNHeld), n-1)
+		t.unlink(s, eo+enHHead, 0)
+		if n := t.ld32(eo + enNHeld); n > 0 {
+			t.st32(eo+enNHeld, n-1)
 		}
 		crash("release.unlinked")
 	case SlotWaiting:
-		t.unlink(s, t.u32(eo+enQHead), t.u32(eo+enQTail))
-		if n := atomic.LoadUint32(t.u32(eo + enNWait)); n > 0 {
-			atomic.StoreUint32(t.u32(eo+enNWait), n-1)
+		t.unlink(s, eo+enQHead, eo+enQTail)
+		if n := t.ld32(eo + enNWait); n > 0 {
+			t.st32(eo+enNWait, n-1)
 		}
 		crash("abort.unlinked")
 	}
@@ -520,21 +518,24 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 // behind a waiting exclusive one is never granted before it.
 func (t *Table) processQueue(e uint32, w *Wakes) {
 	eo := t.entryOff(e)
-	now := nowNano()
+	var now int64
 	for steps := 0; steps <= t.l.MaxRequests; steps++ {
-		head := atomic.LoadUint32(t.u32(eo + enQHead))
+		head := t.ld32(eo + enQHead)
 		if head == 0 || head-1 >= uint32(t.l.MaxRequests) {
 			return
 		}
 		s := head - 1
 		so := t.slotOff(s)
-		mode := atomic.LoadUint32(t.u32(so + slMode))
+		mode := t.ld32(so + slMode)
 		if !compatible(t, eo, mode) {
 			return
 		}
-		t.unlink(s, t.u32(eo+enQHead), t.u32(eo+enQTail))
-		if n := atomic.LoadUint32(t.u32(eo + enNWait)); n > 0 {
-			atomic.StoreUint32(t.u32(eo+enNWait), n-1)
+		t.unlink(s, eo+enQHead, eo+enQTail)
+		if n := t.ld32(eo + enNWait); n > 0 {
+			t.st32(eo+enNWait, n-1)
+		}
+		if now == 0 {
+			now = nowNano()
 		}
 		t.grant(s, e, mode, now)
 		crash("grant.linked")
@@ -548,11 +549,11 @@ func (t *Table) processQueue(e uint32, w *Wakes) {
 // stealHolders marks every holder of e STOLEN and empties the held list.
 func (t *Table) stealHolders(e uint32, w *Wakes) {
 	eo := t.entryOff(e)
-	next := atomic.LoadUint32(t.u32(eo + enHHead))
+	next := t.ld32(eo + enHHead)
 	for steps := 0; next != 0 && next-1 < uint32(t.l.MaxRequests) && steps <= t.l.MaxRequests; steps++ {
 		s := next - 1
 		so := t.slotOff(s)
-		next = atomic.LoadUint32(t.u32(so + slNext))
+		next = t.ld32(so + slNext)
 		sp := t.u64(so + slWord)
 		sw := atomic.LoadUint64(sp)
 		if wordState(sw) == SlotHeld {
@@ -561,6 +562,16 @@ func (t *Table) stealHolders(e uint32, w *Wakes) {
 		}
 		crash("steal.marked")
 	}
-	atomic.StoreUint32(t.u32(eo+enHHead), 0)
-	atomic.StoreUint32(t.u32(eo+enNHeld), 0)
+	t.st32(eo+enHHead, 0)
+	t.st32(eo+enNHeld, 0)
+}
+
+// SlotState reads slot s without the latch: its state and serial, and
+// whether it belongs to agent a.
+func (t *Table) SlotState(a *Agent, s uint32) (state uint8, serial uint32, mine bool) {
+	if s >= uint32(t.l.MaxRequests) {
+		return 0, 0, false
+	}
+	sw := atomic.LoadUint64(t.u64(t.slotOff(s) + slWord))
+	return wordState(sw), wordSerial(sw), wordAgent(sw) == a.Idx && wordState(sw) != SlotFree
 }

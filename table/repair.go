@@ -41,7 +41,7 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 		if st != SlotWaiting && st != SlotHeld && st != SlotStolen {
 			continue
 		}
-		e := atomic.LoadUint32(t.u32(so+slEntry)) - 1
+		e := t.ld32(so+slEntry) - 1
 		if e >= nRes || atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != b+1 {
 			continue
 		}
@@ -49,7 +49,7 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 		case SlotHeld:
 			held[e] = append(held[e], s)
 		case SlotWaiting:
-			waiting[e] = append(waiting[e], member{s, atomic.LoadUint32(t.u32(so + slSeq))})
+			waiting[e] = append(waiting[e], member{s, t.ld32(so + slSeq)})
 		}
 		w.add(wordAgent(sw), st == SlotStolen)
 	}
@@ -60,50 +60,50 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 		// Held list.
 		var head uint32
 		var mode uint32 = ModeShared
-		token := atomic.LoadUint64(t.u64(eo + enToken))
+		token := t.ld64(eo + enToken)
 		for _, s := range held[e] {
 			so := t.slotOff(s)
-			atomic.StoreUint32(t.u32(so+slPrev), 0)
-			atomic.StoreUint32(t.u32(so+slNext), head)
+			t.st32(so+slPrev, 0)
+			t.st32(so+slNext, head)
 			if head != 0 {
-				atomic.StoreUint32(t.u32(t.slotOff(head-1)+slPrev), s+1)
+				t.st32(t.slotOff(head-1)+slPrev, s+1)
 			}
 			head = s + 1
-			if atomic.LoadUint32(t.u32(so+slMode)) != ModeShared {
+			if t.ld32(so+slMode) != ModeShared {
 				mode = ModeExclusive
 			}
-			token = max(token, atomic.LoadUint64(t.u64(so+slToken)))
+			token = max(token, t.ld64(so+slToken))
 		}
-		atomic.StoreUint32(t.u32(eo+enHHead), head)
-		atomic.StoreUint32(t.u32(eo+enNHeld), uint32(len(held[e])))
-		atomic.StoreUint32(t.u32(eo+enHMode), mode)
-		atomic.StoreUint64(t.u64(eo+enToken), token)
+		t.st32(eo+enHHead, head)
+		t.st32(eo+enNHeld, uint32(len(held[e])))
+		t.st32(eo+enHMode, mode)
+		t.st64(eo+enToken, token)
 		// Queue, in sequence order (wrap-around safe: the queue spans far less than 2^31).
 		q := waiting[e]
 		slices.SortFunc(q, func(x, y member) int { return int(int32(x.seq - y.seq)) })
 		var prev uint32
 		for _, m := range q {
 			so := t.slotOff(m.slot)
-			atomic.StoreUint32(t.u32(so+slPrev), prev)
-			atomic.StoreUint32(t.u32(so+slNext), 0)
+			t.st32(so+slPrev, prev)
+			t.st32(so+slNext, 0)
 			if prev != 0 {
-				atomic.StoreUint32(t.u32(t.slotOff(prev-1)+slNext), m.slot+1)
+				t.st32(t.slotOff(prev-1)+slNext, m.slot+1)
 			} else {
-				atomic.StoreUint32(t.u32(eo+enQHead), m.slot+1)
+				t.st32(eo+enQHead, m.slot+1)
 			}
 			prev = m.slot + 1
 		}
 		if len(q) == 0 {
-			atomic.StoreUint32(t.u32(eo+enQHead), 0)
-		} else if next := q[len(q)-1].seq + 1; int32(next-atomic.LoadUint32(t.u32(eo+enSeq))) > 0 {
-			atomic.StoreUint32(t.u32(eo+enSeq), next)
+			t.st32(eo+enQHead, 0)
+		} else if next := q[len(q)-1].seq + 1; int32(next-t.ld32(eo+enSeq)) > 0 {
+			t.st32(eo+enSeq, next)
 		}
-		atomic.StoreUint32(t.u32(eo+enQTail), prev)
-		atomic.StoreUint32(t.u32(eo+enNWait), uint32(len(q)))
-		if n := atomic.LoadUint32(t.u32(eo + enNameLen)); n > uint32(t.l.MaxNameLen) {
-			atomic.StoreUint32(t.u32(eo+enNameLen), 0)
+		t.st32(eo+enQTail, prev)
+		t.st32(eo+enNWait, uint32(len(q)))
+		if n := t.ld32(eo + enNameLen); n > uint32(t.l.MaxNameLen) {
+			t.st32(eo+enNameLen, 0)
 		}
-		atomic.StoreUint32(t.u32(eo+enNext), chain)
+		t.st32(eo+enNext, chain)
 		chain = e + 1
 	}
 	atomic.StoreUint32(t.u32(bo+bkHead), chain)

@@ -170,3 +170,7 @@ func Guard(f func() error) (err error) {
 	defer recoverFault(&err)
 	return f()
 }
+
+// SpareWord returns a pointer to a reserved, otherwise unused 32-bit word of
+// the header (benchmarks use it for the raw-CAS floor on the shared mapping).
+func (t *Table) SpareWord() unsafe.Pointer { return unsafe.Pointer(t.u32(hdrSpare)) }
