@@ -16,7 +16,7 @@ type Agent struct {
 	// InFlight, when set, counts this agent's table operations in progress
 	// (the Manager's own counter). A latch word naming this agent while only
 	// the asking operation is in flight is garbage and may be taken over.
-	InFlight *atomic.Int64
+	InFlight  *atomic.Int64
 	slotHint  atomic.Uint32 // where to look for a free slot first
 	entryHint atomic.Uint32 // where to look for a free entry first
 }

@@ -22,20 +22,26 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if id := os.Getenv(envDemoWorker); id != "" {
 		return demoWorker(id, args, stdout, stderr)
 	}
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("demo", "shmlocks demo [--procs N] [--rounds N] [--table PATH]",
+		`Start several worker processes that contend for the names a, b (exclusive)
+and c (shared) on one table and print every grant with its fencing token.
+
+The demo uses a fresh table in a temporary directory (removed afterwards)
+unless --table is given; it does not use the default table location.`,
+		`  shmlocks demo
+  shmlocks demo --procs 8 --rounds 10
+  shmlocks demo --table /tmp/demo.tbl`, stdout, stderr)
 	procs := fs.Int("procs", 4, "worker processes")
 	rounds := fs.Int("rounds", 5, "locks each worker takes")
 	tbl := fs.String("table", "", "table file (default: a fresh file in a temporary directory)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: shmlocks demo [--procs N] [--rounds N] [--table PATH]\n\nexample:\n  shmlocks demo --procs 4 --rounds 5")
-		fs.PrintDefaults()
+	if code, ok := fs.parse(args); !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK
-		}
-		return exitUsage
+	if fs.NArg() > 0 {
+		return fs.usageError("unexpected argument %q", fs.Arg(0))
+	}
+	if *procs < 1 || *rounds < 1 {
+		return fs.usageError("--procs and --rounds must be at least 1")
 	}
 	path := *tbl
 	if path == "" {

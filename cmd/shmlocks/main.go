@@ -26,16 +26,20 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"dump", "show a table: agents, held locks and queues (read-only); --json, --watch, --check", runDump},
+		{"exec", "run a command while holding a lock (like flock(1))", runExec},
+		{"stress", "hammer a table from many processes and check the lock independently", runStress},
 		{"demo", "several processes contend for locks and print what they got", runDemo},
 	}
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
-		if len(args) == 0 {
-			return exitUsage
-		}
 		return exitOK
 	}
 	for _, c := range commands() {
@@ -53,5 +57,7 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintf(w, "\n%s\n", tableHelp())
+	fmt.Fprintln(w, "\nExit status: 0 ok, 1 failure (violation, not available, timed out), 2 usage error,\n3 corrupt table (dump).")
 	fmt.Fprintln(w, "\nRun 'shmlocks COMMAND --help' for a command's flags and examples.")
 }
