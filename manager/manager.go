@@ -230,7 +230,7 @@ func (m *Manager) reap() error {
 		n, err := m.t.ReapDead(m.a, &w)
 		m.t.Deliver(&w, m.ringFn)
 		if n > 0 {
-			m.scan(true) // a dead agent may have granted to us and died before ringing
+			m.scanWaiters() // a dead agent may have granted to us and died before ringing
 		}
 		return err
 	})
@@ -251,7 +251,7 @@ func (m *Manager) reapOne(idx uint32) {
 		err := m.t.Reap(m.a, idx, word, &w)
 		m.t.Deliver(&w, m.ringFn)
 		// The dead agent may have granted to us and died before ringing.
-		m.scan(true)
+		m.scanWaiters()
 		return err
 	})
 }

@@ -182,6 +182,16 @@ func childMain(role string) int {
 		case "crash":
 			armCrash(f[1])
 			say("armed %s", f[1])
+		case "flock": // flock PATH: hold an exclusive flock on PATH (benchmark baseline)
+			f, err := os.OpenFile(f[1], os.O_CREATE|os.O_RDWR, 0o600)
+			if err == nil {
+				err = flockExclusive(f)
+			}
+			if err != nil {
+				say("error flock %v", err)
+				continue
+			}
+			say("flocked")
 		case "exit":
 			os.Exit(0)
 		case "close":

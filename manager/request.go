@@ -262,21 +262,26 @@ func (m *Manager) abort(ctx context.Context, name string, ref table.Ref) (uint64
 func (m *Manager) scan(force bool) {
 	bell := atomic.LoadUint32(m.a.Bell())
 	if m.lastBell.Swap(bell) != bell || force {
-		m.mu.Lock()
-		for _, w := range m.waiters {
-			if st, _, ok := m.t.Status(m.a, w.ref); !ok || st != table.SlotWaiting {
-				select {
-				case w.ch <- struct{}{}:
-				default:
-				}
-			}
-		}
-		m.mu.Unlock()
+		m.scanWaiters()
 	}
 	stl := atomic.LoadUint32(m.a.StealSeq())
 	if m.lastStl.Swap(stl) != stl || force {
 		m.scanHeld()
 	}
+}
+
+// scanWaiters wakes every waiter whose slot is no longer waiting.
+func (m *Manager) scanWaiters() {
+	m.mu.Lock()
+	for _, w := range m.waiters {
+		if st, _, ok := m.t.Status(m.a, w.ref); !ok || st != table.SlotWaiting {
+			select {
+			case w.ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	m.mu.Unlock()
 }
 
 // scanHeld marks lost every registered lock whose slot is no longer held by

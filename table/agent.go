@@ -18,6 +18,7 @@ type Agent struct {
 	// the asking operation is in flight is garbage and may be taken over.
 	InFlight  *atomic.Int64
 	slotHint  atomic.Uint32 // where to look for a free slot first
+	slotMask  *uint64       // our record's agSlotMask
 	entryHint atomic.Uint32 // where to look for a free entry first
 }
 
@@ -41,13 +42,14 @@ func (t *Table) Register(id Identity, nonce uint64) (*Agent, error) {
 		atomic.StoreUint64(t.u64(off+agBoot), id.Boot)
 		atomic.StoreUint64(t.u64(off+agNonce), nonce)
 		atomic.StoreUint32(t.u32(off+agParked), 0)
+		atomic.StoreUint64(t.u64(off+agSlotMask), 0)
 		atomic.StoreUint64(t.u64(off+agSince), uint64(time.Now().UnixNano()))
 		alive := agentWord(id.PID, id.Start, AgentAlive)
 		if !atomic.CompareAndSwapUint64(wp, claimed, alive) {
 			return nil, ErrAgentGone
 		}
 		crash("agent.alive")
-		a := &Agent{t: t, Idx: idx, word: alive, Nonce: nonce}
+		a := &Agent{t: t, Idx: idx, word: alive, Nonce: nonce, slotMask: t.u64(off + agSlotMask)}
 		a.slotHint.Store(uint32(uint64(idx) * uint64(t.l.MaxRequests) / uint64(n)))
 		a.entryHint.Store(uint32(uint64(idx) * uint64(t.l.MaxResources) / uint64(n)))
 		return a, nil
@@ -187,7 +189,13 @@ func (t *Table) Reap(a *Agent, idx uint32, word uint64, w *Wakes) error {
 // freed by CAS.
 func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) error {
 	wp := t.u64(t.agentOff(idx) + agWord)
-	for s := uint32(0); s < uint32(t.l.MaxRequests); s++ {
+	mask := atomic.LoadUint64(t.u64(t.agentOff(idx) + agSlotMask))
+	n := uint32(t.l.MaxRequests)
+	for s := uint32(0); s < n; s++ {
+		if r := slotRange(s, n); mask&(1<<r) == 0 {
+			s = rangeEnd(r, n) - 1 // the agent never claimed a slot in this range
+			continue
+		}
 		sp := t.u64(t.slotOff(s) + slWord)
 		for tries := 0; ; tries++ {
 			sw := atomic.LoadUint64(sp)
@@ -274,3 +282,9 @@ func (t *Table) agentInfo(idx uint32, word uint64) AgentInfo {
 
 // Word returns the agent word that AgentInfo describes (for change detection).
 func (ai AgentInfo) Word() uint64 { return agentWord(ai.PID, ai.Start, ai.State) }
+
+// Slot ranges for agSlotMask: 64 equal ranges of the slot array.
+func slotRange(s, n uint32) uint32 { return uint32(uint64(s) * 64 / uint64(n)) }
+
+// rangeEnd is the first slot after range r.
+func rangeEnd(r, n uint32) uint32 { return uint32((uint64(r+1)*uint64(n) + 63) / 64) }

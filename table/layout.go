@@ -110,6 +110,7 @@ const (
 	agParked   = 36 // uint32: number of the agent's goroutines asleep on the doorbell
 	agStealSeq = 40 // uint32: bumped when a lock of this agent is stolen or reaped
 	agSince    = 48 // int64: unix nanoseconds of registration
+	agSlotMask = 56 // uint64: bit r set once the agent claimed a slot in range r (of 64 equal ranges); reapers scan only those
 )
 
 // Slot states (low 8 bits of the slot word).

@@ -44,6 +44,7 @@ func TestLayoutOffsets(t *testing.T) {
 		{"agWord", agWord, 8, AgentSize}, {"agStart", agStart, 8, AgentSize}, {"agBoot", agBoot, 8, AgentSize},
 		{"agNonce", agNonce, 8, AgentSize}, {"agBell", agBell, 4, AgentSize}, {"agParked", agParked, 4, AgentSize},
 		{"agStealSeq", agStealSeq, 4, AgentSize}, {"agSince", agSince, 8, AgentSize},
+		{"agSlotMask", agSlotMask, 8, AgentSize},
 	}
 	for _, f := range fields {
 		require.Zero(t, f.off%f.size, "%s at %d is not aligned to %d", f.name, f.off, f.size)
@@ -193,4 +194,20 @@ func FuzzHeader(f *testing.F) {
 		tb.Agents()
 		tb.Check(nil)
 	})
+}
+
+// The reaper skips slot ranges an agent never claimed from: every slot is in
+// exactly one range and rangeEnd moves past it.
+func TestSlotRanges(t *testing.T) {
+	for _, n := range []uint32{1, 2, 3, 4, 63, 64, 65, 100, 1000, 32768} {
+		for s := uint32(0); s < n; s++ {
+			r := slotRange(s, n)
+			require.Less(t, r, uint32(64))
+			end := rangeEnd(r, n)
+			require.Greater(t, end, s, "n=%d s=%d", n, s)
+			if end < n {
+				require.NotEqual(t, r, slotRange(end, n), "n=%d: range %d ends at %d", n, r, end)
+			}
+		}
+	}
 }

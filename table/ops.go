@@ -285,6 +285,11 @@ func (t *Table) claimSlot(a *Agent) (uint32, uint32, error) {
 		if wordState(sw) != SlotFree {
 			continue
 		}
+		// Mark the slot's range in our record before claiming, so a reaper
+		// of ours finds every slot we may own (no atomic once it is marked).
+		if bit := uint64(1) << slotRange(s, n); atomic.LoadUint64(a.slotMask)&bit == 0 {
+			atomic.OrUint64(a.slotMask, bit)
+		}
 		serial := wordSerial(sw) + 1
 		if atomic.CompareAndSwapUint64(sp, sw, slotWord(serial, a.Idx, SlotClaimed)) {
 			a.slotHint.Store(s + 1)

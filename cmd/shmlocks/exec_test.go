@@ -1,0 +1,188 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/manager"
+)
+
+func TestExecExitStatus(t *testing.T) {
+	tbl := filepath.Join(t.TempDir(), "exec.tbl")
+	r := shm(t, nil, "exec", "--table", tbl, "job", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+	require.Equal(t, 7, r.code, r.stderr)
+	require.Equal(t, "out\n", r.stdout)
+	require.Equal(t, "err\n", r.stderr)
+
+	r = shm(t, nil, "exec", "--table", tbl, "job", "--", "sh", "-c", "kill -TERM $$")
+	require.Equal(t, 128+int(syscall.SIGTERM), r.code, r.stderr)
+
+	r = shm(t, nil, "exec", "--table", tbl, "job", "--", "/nonexistent/command")
+	require.Equal(t, 127, r.code)
+
+	// The command runs while the lock is held: it sees itself (its parent) in the table.
+	r = shm(t, nil, "exec", "--table", tbl, "--shared", "job", "--", binary, "dump", "--json", "--table", tbl)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var snap manager.Snapshot
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &snap))
+	require.Len(t, snap.Held, 1)
+	require.Equal(t, "job", snap.Held[0].Name)
+	require.Equal(t, manager.Shared, snap.Held[0].Mode)
+
+	// And released afterwards.
+	m := openManager(t, tbl)
+	q, err := m.Query(ctxFor(t, 10*time.Second))
+	require.NoError(t, err)
+	require.Empty(t, q.Held)
+}
+
+func openManager(t *testing.T, path string) *manager.Manager {
+	m, err := manager.Open(path, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func TestExecConflicts(t *testing.T) {
+	tbl := filepath.Join(t.TempDir(), "exec.tbl")
+	m := openManager(t, tbl)
+	l, err := m.Acquire(ctxFor(t, 10*time.Second), "busy", manager.RequestOptions{})
+	require.NoError(t, err)
+	defer l.Release()
+
+	r := shm(t, nil, "exec", "--table", tbl, "--if-available", "busy", "--", "echo", "ran")
+	require.Equal(t, exitFailure, r.code)
+	require.Empty(t, r.stdout, "the command must not run")
+	require.Contains(t, r.stderr, "not available")
+
+	r = shm(t, nil, "exec", "--table", tbl, "--if-available", "--conflict-exit-code", "75", "busy", "--", "echo", "ran")
+	require.Equal(t, 75, r.code)
+	r = shm(t, nil, "exec", "--table", tbl, "-E", "0", "--if-available", "busy", "--", "echo", "ran")
+	require.Equal(t, 0, r.code)
+	require.Empty(t, r.stdout)
+
+	r = shm(t, nil, "exec", "--table", tbl, "--timeout", "200ms", "busy", "--", "echo", "ran")
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, "timed out")
+	require.GreaterOrEqual(t, r.took, 200*time.Millisecond)
+	require.Empty(t, r.stdout)
+
+	// A shared request is not available under an exclusive holder either,
+	// while another name is.
+	r = shm(t, nil, "exec", "--table", tbl, "--shared", "--if-available", "busy", "--", "true")
+	require.Equal(t, exitFailure, r.code)
+	r = shm(t, nil, "exec", "--table", tbl, "--if-available", "idle", "--", "true")
+	require.Equal(t, exitOK, r.code, r.stderr)
+
+	q, err := m.Query(ctxFor(t, 10*time.Second))
+	require.NoError(t, err)
+	require.Empty(t, q.Pending, "nothing left waiting")
+	require.Len(t, q.Held, 1)
+}
+
+// startExec starts an exec process and waits (bounded) until the table
+// shows a request of it in the given list.
+func startExec(t *testing.T, m *manager.Manager, pending bool, args ...string) (*exec.Cmd, *bytes.Buffer, <-chan error) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"exec"}, args...)...)
+	cmd.Env = cleanEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+	})
+	waitFor(t, func() bool {
+		q, err := m.Query(ctxFor(t, 10*time.Second))
+		if err != nil {
+			return false
+		}
+		list := q.Held
+		if pending {
+			list = q.Pending
+		}
+		for _, li := range list {
+			if li.PID == cmd.Process.Pid {
+				return true
+			}
+		}
+		return false
+	}, "the exec process to show in the table")
+	return cmd, &stderr, done
+}
+
+func exitCode(t *testing.T, err error) int {
+	var ee *exec.ExitError
+	if err == nil {
+		return 0
+	}
+	require.True(t, errors.As(err, &ee), "%v", err)
+	return ee.ExitCode()
+}
+
+func waitDone(t *testing.T, done <-chan error, within time.Duration, what string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		t.Fatalf("%s: did not exit within %v", what, within)
+		return nil
+	}
+}
+
+func TestExecInterruptWhileWaiting(t *testing.T) {
+	tbl := filepath.Join(t.TempDir(), "exec.tbl")
+	m := openManager(t, tbl)
+	l, err := m.Acquire(ctxFor(t, 10*time.Second), "busy", manager.RequestOptions{})
+	require.NoError(t, err)
+	defer l.Release()
+
+	cmd, stderr, done := startExec(t, m, true, "--table", tbl, "busy", "--", "echo", "ran")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	start := time.Now()
+	err = waitDone(t, done, 5*time.Second, "exec after SIGINT")
+	require.Less(t, time.Since(start), 2*time.Second, "exits promptly")
+	require.Equal(t, exitFailure, exitCode(t, err), stderr.String())
+	require.Contains(t, stderr.String(), "interrupt")
+	require.Contains(t, stderr.String(), "withdrawn")
+
+	q, err := m.Query(ctxFor(t, 10*time.Second))
+	require.NoError(t, err)
+	require.Empty(t, q.Pending, "the request was withdrawn")
+	require.Len(t, q.Held, 1)
+}
+
+func TestExecForwardsSignalsAndStolen(t *testing.T) {
+	tbl := filepath.Join(t.TempDir(), "exec.tbl")
+	m := openManager(t, tbl)
+
+	// SIGTERM to exec reaches the command (sleep dies of it).
+	cmd, stderr, done := startExec(t, m, false, "--table", tbl, "job", "--", "sleep", "30")
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	err := waitDone(t, done, 10*time.Second, "exec after SIGTERM")
+	require.Equal(t, 128+int(syscall.SIGTERM), exitCode(t, err), stderr.String())
+
+	// A steal: exec warns and terminates the command.
+	_, stderr, done = startExec(t, m, false, "--table", tbl, "job", "--", "sleep", "30")
+	l, err := m.Acquire(ctxFor(t, 10*time.Second), "job", manager.RequestOptions{Steal: true})
+	require.NoError(t, err)
+	defer l.Release()
+	err = waitDone(t, done, 10*time.Second, "exec after the steal")
+	require.Equal(t, 128+int(syscall.SIGTERM), exitCode(t, err), stderr.String())
+	require.True(t, strings.Contains(stderr.String(), "was stolen"), stderr.String())
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// binary is the shmlocks command built once for the tests (with the race
+// detector and the build tags of the test binary itself).
+var binary string
+
+// buildFlags are added by the files built with the race detector or the
+// polling tag.
+var buildFlags []string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "shmlocks-cmd-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "shmlocks")
+	if runtime.GOOS == "windows" {
+		binary += ".exe"
+	}
+	args := append([]string{"build", "-o", binary}, buildFlags...)
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result of one run of the binary.
+type result struct {
+	stdout, stderr string
+	code           int
+	took           time.Duration
+}
+
+// shm runs the binary with args (bounded by a minute) and extra environment.
+func shm(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: so.String(), stderr: se.String(), took: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("run %v: %v", args, err)
+	}
+	require.NoError(t, ctx.Err(), "shmlocks %v did not finish within a minute", args)
+	return r
+}
+
+// cleanEnv is the environment without the variables that select a table
+// or a fault, so a developer's settings cannot leak into the tests.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, envTable+"=") || strings.HasPrefix(kv, "SHMLOCKS_FAULT=") ||
+			strings.HasPrefix(kv, "SHMLOCKS_STRESS_WORKER=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func TestHelp(t *testing.T) {
+	for _, c := range []string{"dump", "exec", "stress", "demo"} {
+		r := shm(t, nil, c, "--help")
+		require.Equal(t, exitOK, r.code, "%s --help: %s", c, r.stderr)
+		require.Contains(t, r.stdout, "usage: shmlocks "+c)
+		require.Contains(t, r.stdout, "examples:")
+		if c != "demo" {
+			require.Contains(t, r.stdout, "SHMLOCKS_TABLE", "%s --help documents the table location", c)
+			require.Contains(t, r.stdout, "XDG_RUNTIME_DIR")
+		}
+	}
+	r := shm(t, nil, "--help")
+	require.Equal(t, exitOK, r.code)
+	for _, c := range []string{"dump", "exec", "stress", "demo"} {
+		require.Contains(t, r.stdout, c)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"dump", "--bogus"},
+		{"dump", "extra"},
+		{"dump", "--check", "--json"},
+		{"dump", "--watch", "--interval", "0s"},
+		{"exec"},
+		{"exec", "name"},
+		{"exec", "name", "true"},
+		{"exec", "name", "--"},
+		{"exec", "name", "--shared", "--", "true"},
+		{"exec", "--if-available", "--timeout", "1s", "name", "--", "true"},
+		{"exec", "--steal", "--shared", "name", "--", "true"},
+		{"exec", "--conflict-exit-code", "300", "name", "--", "true"},
+		{"exec", "-dash", "--", "true"},
+		{"stress", "--procs", "0"},
+		{"stress", "--shared", "2"},
+		{"stress", "--hold", "sometimes"},
+		{"stress", "--backend", "mutex"},
+		{"stress", "extra"},
+		{"demo", "--procs", "0"},
+	} {
+		r := shm(t, nil, args...)
+		require.Equal(t, exitUsage, r.code, "shmlocks %q: stdout %q stderr %q", args, r.stdout, r.stderr)
+		require.NotEmpty(t, r.stderr, "shmlocks %q explains the usage error", args)
+	}
+}
+
+func TestDefaultTablePath(t *testing.T) {
+	t.Setenv(envTable, "/x/explicit.tbl")
+	t.Setenv(envXDG, "/run/user/42")
+	require.Equal(t, "/x/explicit.tbl", defaultTablePath())
+	t.Setenv(envTable, "")
+	require.Equal(t, filepath.Join("/run/user/42", "shmlocks.tbl"), defaultTablePath())
+	t.Setenv(envXDG, "")
+	require.Equal(t, os.TempDir(), filepath.Dir(defaultTablePath()))
+	require.Contains(t, filepath.Base(defaultTablePath()), "shmlocks")
+}
+
+// TestDumpDefaultLocation: without --table, dump looks where the help says.
+func TestDumpDefaultLocation(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "via-env.tbl")
+	r := shm(t, []string{envTable + "=" + p}, "dump")
+	require.Equal(t, exitFailure, r.code)
+	require.Contains(t, r.stderr, p)
+	require.Contains(t, r.stderr, "no table")
+}

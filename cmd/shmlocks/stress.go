@@ -1,0 +1,182 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/shmlocks/shmlocks/stress"
+)
+
+const stressAbout = `Start worker processes (this binary, re-executed) that hammer lock names
+through the manager package (or flock(2)), and check the lock with
+independent checkers that share a separate memory-mapped file next to the
+table (not the lock code):
+
+  - occupancy: every grant publishes its hold and looks for conflicting
+    holders (two exclusive, or exclusive and shared, at once);
+  - a non-atomic per-name counter, read at the start of every exclusive
+    section and written at its end: it must not change in between, and its
+    final value must equal the exclusive grants (it may fall short by at most
+    kills + steals: a killed holder may die before writing, a stolen-from
+    holder preempted between its fence check and its write may overwrite);
+  - fencing tokens strictly increase per name (exclusive grants above every
+    earlier token, shared grants above every earlier exclusive one);
+  - a lock lost at release must have been stolen (a later steal recorded);
+  - watchdog: no request waits longer than --stuck on a name no live process
+    holds and on which nothing happened for --stuck, and none waits --stuck
+    past its deadline;
+  - at the end the table's own checker runs and the table must be empty
+    (every dead worker reaped).
+
+Holders in processes killed by --chaos are ignored (the supervisor marks a
+victim before it sends SIGKILL), and conflicts with a stolen-from holder are
+excused. FIFO order is only sampled (waiters that took a ticket well before
+a grant and still wait): the ticket is taken before the request enters the
+lock, so this is a statistic, not a check.
+
+Any violation: the messages are printed, the table and check file are kept
+(their path is printed) and the exit status is 1. SHMLOCKS_FAULT=break-exclusion
+in the environment makes every worker break the lock's exclusion on purpose
+(the checkers must then report violations).
+
+The run uses a fresh table in a temporary directory, removed afterwards
+unless --keep or a violation. --table uses the given file instead (it must
+not be in use by anyone else: the final check expects it empty).
+
+` + "%s"
+
+const stressExamples = `  shmlocks stress
+  shmlocks stress --duration 3s --procs 4
+  shmlocks stress --chaos 5 --duration 3s --json
+  shmlocks stress --procs 8 --goroutines 4 --names 2 --shared 0.5 --hold uniform:0-200us
+  shmlocks stress --backend shmlocks,flock --duration 2s
+  shmlocks stress --ops 10000 --seed 42 --keep
+  SHMLOCKS_FAULT=break-exclusion shmlocks stress --duration 1s   # must fail`
+
+// runStress runs the stress command, or a stress worker when this process
+// was started as one.
+func runStress(args []string, stdout, stderr io.Writer) int {
+	if stress.IsWorker() {
+		return stress.WorkerMain(stdout, stderr)
+	}
+	fs := newFlags("stress", "shmlocks stress [flags]", fmt.Sprintf(stressAbout, tableHelp()), stressExamples, stdout, stderr)
+	var cfg stress.Config
+	fs.IntVar(&cfg.Procs, "procs", 4, "worker processes")
+	fs.IntVar(&cfg.Goroutines, "goroutines", 2, "requesting goroutines per process")
+	fs.IntVar(&cfg.Names, "names", 4, "lock names (stress-0, stress-1, ...)")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "run length (default 5s unless --ops)")
+	fs.IntVar(&cfg.Ops, "ops", 0, "requests per goroutine instead of a duration")
+	fs.Float64Var(&cfg.Shared, "shared", 0.3, "fraction of requests in shared mode")
+	fs.Float64Var(&cfg.IfAvailable, "if-available", 0.1, "fraction of requests made with IfAvailable")
+	fs.Float64Var(&cfg.Steal, "steal", 0.01, "fraction of exclusive waiting requests made with Steal (shmlocks only)")
+	fs.Float64Var(&cfg.Timeout, "timeout", 0.1, "fraction of waiting requests given a deadline")
+	fs.DurationVar(&cfg.Deadline, "deadline", 0, "the deadline of those requests (default 5ms)")
+	hold := fs.String("hold", "exp:50us", "hold time: fixed:DUR, exp:MEAN, uniform:MIN-MAX or none (busy below 1ms, asleep above)")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: pick one; the report prints it)")
+	fs.StringVar(&cfg.Table, "table", "", "table file (default: a fresh file in a temporary directory)")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary table and check file")
+	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL a random worker this many times per second (a replacement starts at once)")
+	backends := fs.String("backend", "shmlocks", "shmlocks, flock, or both comma-separated (run one after the other, reported side by side)")
+	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if code, ok := fs.parse(args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return fs.usageError("unexpected argument %q", fs.Arg(0))
+	}
+	// Zero means "default" to stress.Config; on the command line it is an error.
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"--procs", cfg.Procs}, {"--goroutines", cfg.Goroutines}, {"--names", cfg.Names}} {
+		if v.n < 1 {
+			return fs.usageError("%s must be at least 1", v.name)
+		}
+	}
+	var err error
+	if cfg.Hold, err = stress.ParseHold(*hold); err != nil {
+		return fs.usageError("%v", strings.TrimPrefix(err.Error(), stress.ErrUsage.Error()+": "))
+	}
+	var list []string
+	for _, b := range strings.Split(*backends, ",") {
+		b = strings.TrimSpace(b)
+		if b != stress.BackendShmlocks && b != stress.BackendFlock {
+			return fs.usageError("unknown backend %q (want shmlocks, flock or shmlocks,flock)", b)
+		}
+		list = append(list, b)
+	}
+	if cfg.Table != "" && len(list) > 1 {
+		return fs.usageError("--table applies to one backend only")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, "shmlocks stress:", err)
+		return exitFailure
+	}
+	cfg.Worker = []string{exe, "stress"}
+	cfg.Defaults()
+	for _, b := range list {
+		c := cfg
+		c.Backend = b
+		if err := c.Validate(); err != nil {
+			return fs.usageError("%v", strings.TrimPrefix(err.Error(), stress.ErrUsage.Error()+": "))
+		}
+	}
+	if !stress.Supported {
+		fmt.Fprintln(stderr, "shmlocks stress: not supported on this OS")
+		return exitFailure
+	}
+	if isTerminal(os.Stderr) && stderr == io.Writer(os.Stderr) {
+		cfg.Progress = os.Stderr
+	}
+
+	var reps []*stress.Report
+	status := exitOK
+	for _, b := range list {
+		c := cfg
+		c.Backend = b
+		rep, err := stress.Run(c, stderr)
+		if err != nil {
+			if errors.Is(err, stress.ErrUsage) {
+				return fs.usageError("%v", err)
+			}
+			fmt.Fprintf(stderr, "shmlocks stress: %v\n", err)
+			return exitFailure
+		}
+		cfg.Seed = rep.Seed // the same seed for the next backend
+		reps = append(reps, rep)
+		if !rep.OK() {
+			status = exitFailure
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		var v any = reps[0]
+		if len(reps) > 1 {
+			total := 0
+			for _, r := range reps {
+				total += r.Violations
+			}
+			v = map[string]any{"runs": reps, "violations": total}
+		}
+		if err := enc.Encode(v); err != nil {
+			fmt.Fprintln(stderr, "shmlocks stress:", err)
+			return exitFailure
+		}
+	} else if err := stress.WriteText(stdout, reps); err != nil {
+		fmt.Fprintln(stderr, "shmlocks stress:", err)
+		return exitFailure
+	}
+	for _, r := range reps {
+		if !r.OK() {
+			fmt.Fprintf(stderr, "shmlocks stress: %s: %d violations; table kept at %s\n", r.Backend, r.Violations, r.Table)
+		}
+	}
+	return status
+}

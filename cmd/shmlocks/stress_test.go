@@ -1,0 +1,113 @@
+//go:build unix
+
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// stressJSON runs stress --json and decodes the report.
+func stressJSON(t *testing.T, env []string, args ...string) (result, map[string]any) {
+	t.Helper()
+	r := shm(t, env, append([]string{"stress", "--json"}, args...)...)
+	var rep map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), "stdout %q stderr %q", r.stdout, r.stderr)
+	return r, rep
+}
+
+func requirePercentiles(t *testing.T, rep map[string]any, key string) {
+	t.Helper()
+	p, ok := rep[key].(map[string]any)
+	require.True(t, ok, "%s is an object: %v", key, rep[key])
+	for _, k := range []string{"p50", "p90", "p99", "p999", "max"} {
+		_, ok := p[k].(float64)
+		require.True(t, ok, "%s.%s is a number: %v", key, k, p)
+	}
+}
+
+func TestStressJSON(t *testing.T) {
+	dur := "2s"
+	if testing.Short() {
+		dur = "1s"
+	}
+	r, rep := stressJSON(t, nil, "--duration", dur, "--procs", "3")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	for _, k := range []string{"ops", "opsPerSec", "violations", "violationMessages", "kills", "acquireWaitUs", "handoffUs", "fairness", "seed"} {
+		require.Contains(t, rep, k)
+	}
+	require.EqualValues(t, 0, rep["violations"])
+	require.Empty(t, rep["violationMessages"])
+	require.Greater(t, rep["ops"].(float64), 0.0)
+	require.Greater(t, rep["opsPerSec"].(float64), 0.0)
+	requirePercentiles(t, rep, "acquireWaitUs")
+	requirePercentiles(t, rep, "handoffUs")
+	fair := rep["fairness"].(map[string]any)
+	require.Len(t, fair["perProcess"], 3)
+	require.Greater(t, fair["min"].(float64), 0.0)
+	require.False(t, rep["tableKept"].(bool))
+	_, err := os.Stat(rep["table"].(string))
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestStressText(t *testing.T) {
+	r := shm(t, nil, "stress", "--duration", "500ms", "--procs", "2", "--seed", "7")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	require.Contains(t, r.stdout, "seed 7:")
+	require.Contains(t, r.stdout, "requests/s")
+	require.Contains(t, r.stdout, "acquire wait, exclusive")
+	require.Contains(t, r.stdout, "handoff, all")
+	require.NotContains(t, r.stderr, "\r", "no progress line when stderr is not a terminal")
+}
+
+func TestStressChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run takes 3s")
+	}
+	r, rep := stressJSON(t, nil, "--chaos", "5", "--duration", "3s")
+	require.Equal(t, exitOK, r.code, "stderr: %s\nviolations: %v", r.stderr, rep["violationMessages"])
+	require.Greater(t, rep["kills"].(float64), 0.0)
+	require.EqualValues(t, 0, rep["violations"])
+}
+
+func TestStressBreakExclusion(t *testing.T) {
+	r, rep := stressJSON(t, []string{"SHMLOCKS_FAULT=break-exclusion"}, "--duration", "1s")
+	require.Equal(t, exitFailure, r.code)
+	require.Greater(t, rep["violations"].(float64), 0.0)
+	require.NotEmpty(t, rep["violationMessages"])
+	require.True(t, rep["tableKept"].(bool))
+	tbl := rep["table"].(string)
+	require.FileExists(t, tbl)
+	require.Contains(t, r.stderr, tbl, "the kept table's path is printed")
+	os.RemoveAll(filepath.Dir(tbl))
+}
+
+func TestStressFlock(t *testing.T) {
+	r, rep := stressJSON(t, nil, "--backend", "flock", "--duration", "1s", "--procs", "3")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	require.Equal(t, "flock", rep["backend"])
+	require.EqualValues(t, 0, rep["violations"])
+	require.Greater(t, rep["ops"].(float64), 0.0)
+}
+
+func TestStressBothBackendsWithTable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two runs")
+	}
+	r := shm(t, nil, "stress", "--backend", "shmlocks,flock", "--duration", "500ms", "--ops", "0")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	require.Regexp(t, `\s+shmlocks\s+flock\n`, r.stdout)
+
+	// --table: the given file is used and kept; its check file is removed.
+	tbl := filepath.Join(t.TempDir(), "mine.tbl")
+	r = shm(t, nil, "stress", "--table", tbl, "--ops", "50", "--procs", "2")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	require.FileExists(t, tbl)
+	require.NoFileExists(t, tbl+".check")
+	r = shm(t, nil, "dump", "--check", "--table", tbl)
+	require.Equal(t, exitOK, r.code, r.stderr)
+}

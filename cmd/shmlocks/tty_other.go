@@ -1,0 +1,8 @@
+//go:build !linux && !darwin && !freebsd && !netbsd && !openbsd && !dragonfly
+
+package main
+
+import "os"
+
+// isTerminal: without a termios query here, never draw progress lines.
+func isTerminal(*os.File) bool { return false }

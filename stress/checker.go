@@ -1,0 +1,349 @@
+package stress
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Checker is one worker process's view of the check region: the independent
+// checks it runs around every request of its goroutines. It shares nothing
+// with the lock implementation but the tokens the lock hands out.
+type Checker struct {
+	r    *Region
+	slot int
+	pid  int
+	now  func() int64 // monotonic nanoseconds, the same clock in every process
+
+	// Tokens says whether the backend hands out fencing tokens (flock does not:
+	// the checker then numbers grants itself and skips the token checks).
+	Tokens bool
+	// StealWait bounds how long a holder that learnt it was stolen from waits
+	// for the stealer to record its steal (the stealer records it right after
+	// its request returns, which may be after the victim learns of it).
+	StealWait time.Duration
+	// FIFOSlack: a waiter that took its ticket more than this before a grant
+	// and still waits counts as overtaken (a statistic, not a violation).
+	FIFOSlack time.Duration
+	// FIFOEvery: one grant in FIFOEvery is sampled for overtakes.
+	FIFOEvery uint64
+}
+
+// NewChecker returns the checker of slot's worker.
+func NewChecker(r *Region, slot, pid int, now func() int64) *Checker {
+	return &Checker{r: r, slot: slot, pid: pid, now: now, Tokens: true, StealWait: time.Second,
+		FIFOSlack: 5 * time.Millisecond, FIFOEvery: 8}
+}
+
+func (c *Checker) violation(format string, args ...any) {
+	c.r.Violation(fmt.Sprintf("pid %d: ", c.pid) + fmt.Sprintf(format, args...))
+}
+
+// Request describes one request of a goroutine, from before it is made until
+// its lock is released.
+type Request struct {
+	c        *Checker
+	g        int
+	name     int
+	mode     uint32
+	steal    bool
+	blocking bool // counted in the name's waiters
+	ticket   uint64
+	from     int64 // monotonic ns when the request started
+	maxAny0  uint64
+
+	token   uint64
+	grantAt int64
+	counter uint64 // value read at the start of an exclusive section
+}
+
+// Begin publishes that goroutine g is about to request name. blocking: the
+// request may wait (not if-available, not a steal). deadline: monotonic ns, 0
+// for none.
+func (c *Checker) Begin(g, name int, mode uint32, steal, blocking bool, deadline int64) *Request {
+	r := c.r
+	q := &Request{c: c, g: g, name: name, mode: mode, steal: steal, blocking: blocking}
+	q.ticket = r.ticket()
+	q.maxAny0 = atomic.LoadUint64(r.nu64(name, nmMaxAny))
+	off := r.recOff(c.slot, g)
+	atomic.StoreUint32(r.u32(off+rcWaitMode), mode)
+	atomic.StoreUint64(r.u64(off+rcTicket), q.ticket)
+	atomic.StoreInt64(r.i64(off+rcDeadline), deadline)
+	q.from = c.now()
+	atomic.StoreInt64(r.i64(off+rcWaitFrom), q.from)
+	atomic.StoreUint32(r.u32(off+rcWaitName), uint32(name)+1)
+	if blocking {
+		atomic.AddInt64(r.ni64(name, nmWaiters), 1)
+	}
+	return q
+}
+
+// From returns the monotonic time at which the request started.
+func (q *Request) From() int64 { return q.from }
+
+// End withdraws the request record (the lock call returned).
+func (q *Request) End() {
+	r := q.c.r
+	atomic.StoreUint32(r.u32(r.recOff(q.c.slot, q.g)+rcWaitName), 0)
+	if q.blocking {
+		atomic.AddInt64(r.ni64(q.name, nmWaiters), -1)
+	}
+}
+
+// StolenBeforeSeen checks a request whose grant was stolen before its
+// goroutine saw it: some steal on the name must have happened since the
+// request began.
+func (q *Request) StolenBeforeSeen() {
+	q.c.expectSteal(q.name, q.maxAny0, "request for %s was reported stolen before its grant was seen", nameOf(q.name))
+}
+
+// expectSteal checks that a steal with a token above after is recorded for
+// name n. The stealer records its steal right after its request returns, so
+// a victim may learn of the steal first: it waits up to StealWait. A stealer
+// killed before it recorded leaves no trace: with kills in the run a missing
+// record is not reported.
+func (c *Checker) expectSteal(n int, after uint64, format string, args ...any) {
+	if !c.Tokens {
+		return
+	}
+	deadline := time.Now().Add(c.StealWait)
+	for !c.r.stolenBetween(n, after, ^uint64(0)) {
+		if time.Now().After(deadline) {
+			if c.r.kills() == 0 {
+				c.violation(format+", but no steal of it was recorded", args...)
+			}
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// Grant result.
+type Grant struct {
+	// Handoff is the latency from the release that let this request in to
+	// this grant, in ns, or -1 when the grant was not a handoff to a waiter.
+	Handoff int64
+}
+
+// Granted runs the checks of a grant with the given token (ignored without
+// Tokens). It must be called right after the lock call returned the lock and
+// before the critical section.
+func (q *Request) Granted(token uint64) Grant {
+	c, r, n := q.c, q.c.r, q.name
+	now := c.now()
+	q.grantAt = now
+	res := Grant{Handoff: -1}
+	if !c.Tokens {
+		token = atomic.AddUint64(r.nu64(n, nmSeq), 1)
+	}
+	q.token = token
+
+	if q.steal {
+		r.recordSteal(n, token) // before anything that could conflict with the victims
+	}
+	// Fencing tokens: strictly increasing per name. An exclusive grant must be
+	// above every token recorded before it; a shared one above every exclusive
+	// token (concurrent shared grants may record out of order). A holder that
+	// was stolen from before it looked is excused.
+	if c.Tokens {
+		if token == 0 {
+			c.violation("%s granted with token 0", nameOf(n))
+		}
+		if q.mode == modeExclusive {
+			if prev := raise(r.nu64(n, nmMaxAny), token); token <= prev && !r.stolenBetween(n, token, prev) {
+				c.violation("token regression on %s: exclusive grant with token %d after token %d was recorded", nameOf(n), token, prev)
+			}
+			raise(r.nu64(n, nmMaxExcl), token)
+		} else {
+			if prev := atomic.LoadUint64(r.nu64(n, nmMaxExcl)); token <= prev && !r.stolenBetween(n, token, prev) {
+				c.violation("token regression on %s: shared grant with token %d after exclusive token %d was recorded", nameOf(n), token, prev)
+			}
+			raise(r.nu64(n, nmMaxAny), token)
+		}
+	}
+
+	// Publish the hold (name last), then look for conflicting holders. Two
+	// overlapping holders both publish before they look, so (all accesses being
+	// sequentially consistent atomics) at least one of them sees the other.
+	off := r.recOff(c.slot, q.g)
+	mode := q.mode
+	if q.steal {
+		mode |= recSteal
+	}
+	atomic.StoreUint32(r.u32(off+rcHoldMode), mode)
+	atomic.StoreUint64(r.u64(off+rcToken), token)
+	atomic.StoreInt64(r.i64(off+rcGrantAt), now)
+	atomic.StoreUint32(r.u32(off+rcHoldName), uint32(n)+1)
+	atomic.StoreInt64(r.ni64(n, nmLastChange), now)
+	c.checkOccupancy(q)
+
+	if q.mode == modeExclusive {
+		atomic.AddUint64(r.nu64(n, nmGrantsX), 1)
+		r.addStat(c.slot, slExclusive, 1)
+	} else {
+		atomic.AddUint64(r.nu64(n, nmSharedGrant), 1)
+		r.addStat(c.slot, slShared, 1)
+	}
+	if q.steal {
+		r.addStat(c.slot, slSteals, 1)
+	}
+
+	// Reap watch armed by the supervisor when it killed a holder of this name:
+	// this is the first grant since. It measures a reap only if the victim's
+	// record still shows the hold (a victim that released normally first
+	// cleared it) and this is not a steal.
+	if atomic.LoadUint32(r.nu32(n, nmReapState)) == 1 {
+		vs, vg := int(atomic.LoadUint32(r.nu32(n, nmReapSlot))), int(atomic.LoadUint32(r.nu32(n, nmReapG)))
+		vt := atomic.LoadUint64(r.nu64(n, nmReapToken))
+		v := r.readRecord(vs, vg)
+		if !q.steal && v.holdName == n && v.token == vt {
+			atomic.StoreInt64(r.ni64(n, nmReapGrant), now)
+			atomic.CompareAndSwapUint32(r.nu32(n, nmReapState), 1, 2)
+		} else {
+			atomic.CompareAndSwapUint32(r.nu32(n, nmReapState), 1, 3)
+		}
+	}
+
+	// Handoff: the releaser stamped its release because waiters existed; the
+	// first grantee that was already waiting then takes the sample.
+	if q.blocking {
+		if s := atomic.LoadInt64(r.ni64(n, nmRelease)); s != 0 && s >= q.from &&
+			atomic.CompareAndSwapInt64(r.ni64(n, nmRelease), s, 0) {
+			res.Handoff = now - s
+		}
+	}
+
+	if q.mode == modeExclusive && q.blocking && c.FIFOEvery > 0 && q.ticket%c.FIFOEvery == 0 {
+		c.sampleFIFO(q, now)
+	}
+	return res
+}
+
+// checkOccupancy looks for holders of q's name whose mode conflicts with
+// q's. Records of processes the supervisor killed (it marks them before the
+// SIGKILL, so before any reap) or that failed are ignored, and a conflict is
+// excused when the older of the two holders was stolen from (a steal grant
+// lies between their tokens); anything else is a violation. (A worker that
+// dies on its own fails the run anyway.)
+func (c *Checker) checkOccupancy(q *Request) {
+	r := c.r
+	for s := 0; s < r.slots; s++ {
+		st := r.slotState(s)
+		if st == slotUnused || st == slotKilled || st == slotFailed {
+			continue
+		}
+		for g := 0; g < r.goroutines; g++ {
+			if s == c.slot && g == q.g {
+				continue
+			}
+			o := r.readRecord(s, g)
+			if o.holdName != q.name || (q.mode == modeShared && o.holdMode == modeShared) {
+				continue
+			}
+			if c.excused(q, o) {
+				continue
+			}
+			c.violation("exclusion broken on %s: %s grant token %d (goroutine %d) overlapped %s holder token %d (pid %d goroutine %d)",
+				nameOf(q.name), modeName(q.mode), q.token, q.g, modeName(o.holdMode), o.token, r.slotPID(s), g)
+		}
+	}
+}
+
+func (c *Checker) excused(q *Request, o record) bool {
+	lo, hi := q.token, o.token
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	return c.Tokens && c.r.stolenBetween(q.name, lo, hi)
+}
+
+// sampleFIFO counts waiters for the same name that took their ticket well
+// before q and still wait. The ticket is taken before the request enters the
+// lock (and a process may be descheduled in between), so this is reported as
+// a statistic, never as a violation.
+func (c *Checker) sampleFIFO(q *Request, now int64) {
+	r := c.r
+	r.addStat(c.slot, slFIFOSamp, 1)
+	slack := int64(c.FIFOSlack)
+	for s := 0; s < r.slots; s++ {
+		if r.slotState(s) != slotRunning {
+			continue
+		}
+		for g := 0; g < r.goroutines; g++ {
+			o := r.readRecord(s, g)
+			if o.waitName != q.name || o.ticket >= q.ticket || o.waitFrom > q.from-slack {
+				continue
+			}
+			if o.deadline != 0 && o.deadline < now {
+				continue // timing out
+			}
+			r.addStat(c.slot, slFIFOOver, 1)
+		}
+	}
+}
+
+// Enter starts the critical section of an exclusive grant: it reads the
+// name's counter.
+func (q *Request) Enter() {
+	if q.mode != modeExclusive {
+		return
+	}
+	q.counter = atomic.LoadUint64(q.c.r.nu64(q.name, nmCounter))
+}
+
+// Exit ends the critical section of an exclusive grant: the counter must not
+// have changed since Enter (nobody else was inside), then it is incremented
+// with a plain store. A holder that learns it was stolen from skips the store
+// (it is fenced off) and counts that instead.
+func (q *Request) Exit() {
+	if q.mode != modeExclusive {
+		return
+	}
+	c, r, n := q.c, q.c.r, q.name
+	p := r.nu64(n, nmCounter)
+	v := atomic.LoadUint64(p)
+	if v != q.counter {
+		other := v >> 32
+		lo, hi := q.token&0xffffffff, other
+		if lo > hi {
+			lo, hi = hi, lo
+		}
+		if !(c.Tokens && r.stolenBetween(n, lo, hi)) && !(c.Tokens && r.stolenBetween(n, q.token, ^uint64(0))) {
+			c.violation("exclusion broken on %s: its counter changed from %d to %d (written by token %d) during an exclusive hold with token %d",
+				nameOf(n), q.counter&0xffffffff, v&0xffffffff, other, q.token)
+		}
+	}
+	if c.Tokens && r.stolenBetween(n, q.token, ^uint64(0)) {
+		atomic.AddUint64(r.nu64(n, nmFenced), 1)
+		return
+	}
+	atomic.StoreUint64(p, (q.token&0xffffffff)<<32|(v+1)&0xffffffff)
+}
+
+// Release withdraws the hold record; call it before releasing the lock.
+// It stamps the release for the handoff measurement when waiters exist.
+func (q *Request) Release() {
+	c, r, n := q.c, q.c.r, q.name
+	off := r.recOff(c.slot, q.g)
+	atomic.StoreUint32(r.u32(off+rcHoldName), 0)
+	now := c.now()
+	atomic.StoreInt64(r.ni64(n, nmLastChange), now)
+	if atomic.LoadInt64(r.ni64(n, nmWaiters)) > 0 {
+		atomic.StoreInt64(r.ni64(n, nmRelease), now)
+	}
+}
+
+// LostAtRelease checks a lock whose release reported it stolen: a steal on
+// the name with a larger token must have been recorded.
+func (q *Request) LostAtRelease() {
+	q.c.expectSteal(q.name, q.token, "%s lock with token %d was lost (release said stolen)", nameOf(q.name), q.token)
+}
+
+func nameOf(n int) string { return fmt.Sprintf("stress-%d", n) }
+
+func modeName(m uint32) string {
+	if m&0xff == modeShared {
+		return "shared"
+	}
+	return "exclusive"
+}

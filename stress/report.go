@@ -1,0 +1,203 @@
+package stress
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Histograms record nanoseconds from 1ns to 10 minutes with 3 significant digits.
+const (
+	histMin    = 1
+	histMax    = int64(600e9)
+	histDigits = 3
+)
+
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMax, histDigits) }
+
+func recordNS(h *hdrhistogram.Histogram, ns int64) {
+	if ns < histMin {
+		ns = histMin
+	}
+	if ns > histMax {
+		ns = histMax
+	}
+	_ = h.RecordValue(ns)
+}
+
+// Percentiles of a latency distribution in microseconds.
+type Percentiles struct {
+	Count int64   `json:"count"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	P999  float64 `json:"p999"`
+	Max   float64 `json:"max"`
+}
+
+func percentiles(h *hdrhistogram.Histogram) Percentiles {
+	if h == nil || h.TotalCount() == 0 {
+		return Percentiles{}
+	}
+	us := func(ns int64) float64 { return math.Round(float64(ns)/100) / 10 }
+	return Percentiles{
+		Count: h.TotalCount(),
+		P50:   us(h.ValueAtQuantile(50)),
+		P90:   us(h.ValueAtQuantile(90)),
+		P99:   us(h.ValueAtQuantile(99)),
+		P999:  us(h.ValueAtQuantile(99.9)),
+		Max:   us(h.Max()),
+	}
+}
+
+// Outcomes counts requests by how they ended.
+type Outcomes struct {
+	Granted      int64 `json:"granted"`
+	NotAvailable int64 `json:"notAvailable"`
+	TimedOut     int64 `json:"timedOut"`
+	Stolen       int64 `json:"stolen"` // granted, then taken away by a steal
+	Errors       int64 `json:"errors"`
+}
+
+// Fairness compares the requests completed by each process position.
+type Fairness struct {
+	Max        int64   `json:"max"`
+	Min        int64   `json:"min"`
+	Ratio      float64 `json:"ratio"` // max/min (0 when min is 0)
+	PerProcess []int64 `json:"perProcess"`
+}
+
+// FIFO is the FIFO sampling statistic (see the package documentation).
+type FIFO struct {
+	Samples   int64 `json:"samples"`
+	Overtaken int64 `json:"overtaken"`
+}
+
+// Report is the result of one run.
+type Report struct {
+	Backend           string                 `json:"backend"`
+	Seed              uint64                 `json:"seed"`
+	Table             string                 `json:"table"`
+	TableKept         bool                   `json:"tableKept"`
+	Procs             int                    `json:"procs"`
+	Goroutines        int                    `json:"goroutines"`
+	Names             int                    `json:"names"`
+	Hold              string                 `json:"hold"`
+	Seconds           float64                `json:"seconds"`
+	Ops               int64                  `json:"ops"`
+	OpsPerSec         float64                `json:"opsPerSec"`
+	Outcomes          Outcomes               `json:"outcomes"`
+	OutcomesPerSec    map[string]float64     `json:"outcomesPerSec"`
+	Steals            int64                  `json:"steals"`
+	ExclusiveGrants   int64                  `json:"exclusiveGrants"`
+	SharedGrants      int64                  `json:"sharedGrants"`
+	Violations        int                    `json:"violations"`
+	ViolationMessages []string               `json:"violationMessages"`
+	Errors            []string               `json:"errorMessages"`
+	Kills             int                    `json:"kills"`
+	ReapUs            Percentiles            `json:"reapUs"`
+	AcquireWaitUs     Percentiles            `json:"acquireWaitUs"`
+	AcquireWaitByMode map[string]Percentiles `json:"acquireWaitUsByMode"`
+	HandoffUs         Percentiles            `json:"handoffUs"`
+	HandoffByMode     map[string]Percentiles `json:"handoffUsByMode"`
+	Fairness          Fairness               `json:"fairness"`
+	FIFO              FIFO                   `json:"fifo"`
+	Notes             []string               `json:"notes"`
+}
+
+// OK reports whether the run found no violation.
+func (r *Report) OK() bool { return r.Violations == 0 }
+
+// WriteText prints reports side by side, one column per backend.
+func WriteText(w io.Writer, reps []*Report) error {
+	if len(reps) == 0 {
+		return nil
+	}
+	r0 := reps[0]
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d procs x %d goroutines on %d names, hold %s\n", r0.Seed, r0.Procs, r0.Goroutines, r0.Names, r0.Hold)
+	for _, r := range reps {
+		kept := "removed"
+		if r.TableKept {
+			kept = "kept"
+		}
+		fmt.Fprintf(&b, "%s: %s (%s)\n", r.Backend, r.Table, kept)
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	row := func(label string, f func(r *Report) string) {
+		fmt.Fprintf(tw, "%s\t", label)
+		for _, r := range reps {
+			fmt.Fprintf(tw, "%s\t", f(r))
+		}
+		fmt.Fprintln(tw)
+	}
+	i64 := func(v int64) string { return fmt.Sprint(v) }
+	f0 := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+	row("", func(r *Report) string { return r.Backend })
+	row("seconds", func(r *Report) string { return fmt.Sprintf("%.2f", r.Seconds) })
+	row("requests", func(r *Report) string { return i64(r.Ops) })
+	row("requests/s", func(r *Report) string { return f0(r.OpsPerSec) })
+	row("  granted", func(r *Report) string { return i64(r.Outcomes.Granted) })
+	row("  not available", func(r *Report) string { return i64(r.Outcomes.NotAvailable) })
+	row("  timed out", func(r *Report) string { return i64(r.Outcomes.TimedOut) })
+	row("  stolen", func(r *Report) string { return i64(r.Outcomes.Stolen) })
+	row("  errors", func(r *Report) string { return i64(r.Outcomes.Errors) })
+	row("granted/s", func(r *Report) string { return f0(r.OutcomesPerSec["granted"]) })
+	row("exclusive grants", func(r *Report) string { return i64(r.ExclusiveGrants) })
+	row("shared grants", func(r *Report) string { return i64(r.SharedGrants) })
+	row("steals", func(r *Report) string { return i64(r.Steals) })
+	row("kills", func(r *Report) string { return fmt.Sprint(r.Kills) })
+	row("fairness max/min", func(r *Report) string {
+		return fmt.Sprintf("%d/%d = %.2f", r.Fairness.Max, r.Fairness.Min, r.Fairness.Ratio)
+	})
+	row("FIFO overtaken/sampled", func(r *Report) string { return fmt.Sprintf("%d/%d", r.FIFO.Overtaken, r.FIFO.Samples) })
+	row("violations", func(r *Report) string { return fmt.Sprint(r.Violations) })
+	tw.Flush()
+
+	b.WriteString("\nlatency (µs)\n")
+	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\t\tcount\tp50\tp90\tp99\tp99.9\tmax\t")
+	lat := func(label string, f func(r *Report) Percentiles) {
+		for _, r := range reps {
+			p := f(r)
+			name := label
+			if len(reps) > 1 {
+				name += " [" + r.Backend + "]"
+			}
+			fmt.Fprintf(tw, "%s\t\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", name, p.Count, p.P50, p.P90, p.P99, p.P999, p.Max)
+		}
+	}
+	lat("acquire wait, exclusive", func(r *Report) Percentiles { return r.AcquireWaitByMode["exclusive"] })
+	lat("acquire wait, shared", func(r *Report) Percentiles { return r.AcquireWaitByMode["shared"] })
+	lat("acquire wait, all", func(r *Report) Percentiles { return r.AcquireWaitUs })
+	lat("handoff, exclusive", func(r *Report) Percentiles { return r.HandoffByMode["exclusive"] })
+	lat("handoff, shared", func(r *Report) Percentiles { return r.HandoffByMode["shared"] })
+	lat("handoff, all", func(r *Report) Percentiles { return r.HandoffUs })
+	lat("reap (kill to next grant)", func(r *Report) Percentiles { return r.ReapUs })
+	tw.Flush()
+
+	for _, r := range reps {
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "note (%s): %s\n", r.Backend, n)
+		}
+	}
+	for _, r := range reps {
+		if r.Violations == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n%s: %d VIOLATIONS\n", r.Backend, r.Violations)
+		for _, m := range r.ViolationMessages {
+			fmt.Fprintf(&b, "  %s\n", m)
+		}
+		if r.Violations > len(r.ViolationMessages) {
+			fmt.Fprintf(&b, "  ... (%d more)\n", r.Violations-len(r.ViolationMessages))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

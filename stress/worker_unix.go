@@ -1,0 +1,257 @@
+//go:build unix
+
+package stress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// workerConfig is what the supervisor passes to a worker (JSON in WorkerEnv).
+type workerConfig struct {
+	Backend     string        `json:"backend"`
+	Table       string        `json:"table"`
+	Region      string        `json:"region"`
+	LockDir     string        `json:"lockDir"`
+	Slot        int           `json:"slot"`
+	Goroutines  int           `json:"goroutines"`
+	Names       int           `json:"names"`
+	Ops         int           `json:"ops"` // per goroutine; 0: until stopped
+	Shared      float64       `json:"shared"`
+	IfAvailable float64       `json:"ifAvailable"`
+	Steal       float64       `json:"steal"`
+	Timeout     float64       `json:"timeout"`
+	Deadline    time.Duration `json:"deadline"`
+	Hold        string        `json:"hold"`
+	Seed        uint64        `json:"seed"`
+}
+
+// workerResult is the last line a worker prints on stdout.
+type workerResult struct {
+	Hist   map[string]string `json:"hist"` // encoded HdrHistograms (ns)
+	Errors []string          `json:"errors"`
+}
+
+// Histogram names.
+const (
+	histWaitExclusive    = "waitExclusive"
+	histWaitShared       = "waitShared"
+	histHandoffExclusive = "handoffExclusive"
+	histHandoffShared    = "handoffShared"
+)
+
+// IsWorker reports whether this process was started as a stress worker.
+func IsWorker() bool { return os.Getenv(WorkerEnv) != "" }
+
+// WorkerMain runs a worker process: it maps the check region, opens the
+// backend and makes requests from its goroutines until the supervisor stops
+// it (or its share of --ops is done), then prints its histograms as one JSON
+// line on stdout. It returns the process exit status.
+func WorkerMain(stdout, stderr io.Writer) int {
+	fail := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "stress worker %d: %s\n", os.Getpid(), fmt.Sprintf(format, args...))
+		return 1
+	}
+	var wc workerConfig
+	if err := json.Unmarshal([]byte(os.Getenv(WorkerEnv)), &wc); err != nil {
+		return fail("bad %s: %v", WorkerEnv, err)
+	}
+	switch f := os.Getenv(FaultEnv); f {
+	case "":
+	case "break-exclusion":
+		table.SetFaultBreakExclusion(true)
+	default:
+		return fail("unknown %s=%q (known: break-exclusion)", FaultEnv, f)
+	}
+	hold, err := ParseHold(wc.Hold)
+	if err != nil {
+		return fail("%v", err)
+	}
+	mp, err := openRegionFile(wc.Region)
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer mp.close()
+	r, err := OpenRegion(mp.buf)
+	if err != nil {
+		return fail("%v", err)
+	}
+	if wc.Slot < 0 || wc.Slot >= r.Slots() || wc.Goroutines > r.Goroutines() || wc.Names > r.Names() {
+		return fail("configuration does not fit the check region")
+	}
+	var be backend
+	c := NewChecker(r, wc.Slot, os.Getpid(), mono)
+	switch wc.Backend {
+	case BackendShmlocks:
+		sb, err := newShmBackend(wc.Table)
+		if err != nil {
+			return fail("%v", err)
+		}
+		be = sb
+	case BackendFlock:
+		be = newFlockBackend(wc.LockDir, wc.Goroutines, wc.Names)
+		c.Tokens = false
+	default:
+		return fail("unknown backend %q", wc.Backend)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // the supervisor's stop flag ends the run
+		for !r.Stopped() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		cancel()
+	}()
+
+	hists := make([]map[string]*hdrhistogram.Histogram, wc.Goroutines)
+	errs := make([][]string, wc.Goroutines)
+	var wg sync.WaitGroup
+	for g := 0; g < wc.Goroutines; g++ {
+		hists[g] = map[string]*hdrhistogram.Histogram{
+			histWaitExclusive: newHist(), histWaitShared: newHist(),
+			histHandoffExclusive: newHist(), histHandoffShared: newHist(),
+		}
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			errs[g] = runGoroutine(ctx, &wc, hold, r, c, be, g, hists[g])
+		}(g)
+	}
+	wg.Wait()
+	cerr := be.close()
+
+	res := workerResult{Hist: map[string]string{}}
+	for name := range hists[0] {
+		h := newHist()
+		for g := range hists {
+			h.Merge(hists[g][name])
+		}
+		enc, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+		if err != nil {
+			return fail("encode histogram: %v", err)
+		}
+		res.Hist[name] = string(enc)
+	}
+	for _, e := range errs {
+		res.Errors = append(res.Errors, e...)
+	}
+	if cerr != nil {
+		res.Errors = append(res.Errors, "close: "+cerr.Error())
+	}
+	line, _ := json.Marshal(res)
+	fmt.Fprintf(stdout, "%s\n", line)
+	return 0
+}
+
+// runGoroutine makes requests until ctx ends or its ops are done. It returns
+// the first few unexpected errors.
+func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Checker, be backend,
+	g int, hist map[string]*hdrhistogram.Histogram) []string {
+	rng := rand.New(rand.NewPCG(wc.Seed, uint64(wc.Slot)<<20|uint64(g)))
+	var errs []string
+	slot := wc.Slot
+	for i := 0; wc.Ops == 0 || i < wc.Ops; i++ {
+		if ctx.Err() != nil {
+			break
+		}
+		name := rng.IntN(wc.Names)
+		mode := uint32(modeExclusive)
+		if rng.Float64() < wc.Shared {
+			mode = modeShared
+		}
+		ifAvailable := rng.Float64() < wc.IfAvailable
+		steal := !ifAvailable && mode == modeExclusive && rng.Float64() < wc.Steal && wc.Backend == BackendShmlocks
+		timed := !ifAvailable && !steal && rng.Float64() < wc.Timeout
+		rctx, cancel := ctx, context.CancelFunc(func() {})
+		var deadline int64
+		if timed {
+			rctx, cancel = context.WithTimeout(ctx, wc.Deadline)
+			deadline = mono() + int64(wc.Deadline)
+		}
+		q := c.Begin(g, name, mode, steal, !ifAvailable && !steal, deadline)
+		h, token, err := be.acquire(rctx, g, name, mode, ifAvailable, steal)
+		q.End()
+		cancel()
+		waited := mono() - q.From()
+		if errors.Is(err, errAborted) {
+			r.addStat(slot, slAborted, 1)
+			break
+		}
+		r.addStat(slot, slOps, 1)
+		switch {
+		case err == nil:
+			r.addStat(slot, slGranted, 1)
+			gr := q.Granted(token)
+			if mode == modeExclusive {
+				recordNS(hist[histWaitExclusive], waited)
+				if gr.Handoff >= 0 {
+					recordNS(hist[histHandoffExclusive], gr.Handoff)
+				}
+			} else {
+				recordNS(hist[histWaitShared], waited)
+				if gr.Handoff >= 0 {
+					recordNS(hist[histHandoffShared], gr.Handoff)
+				}
+			}
+			q.Enter()
+			holdFor(hold.Sample(rng))
+			q.Exit()
+			q.Release()
+			switch err := be.release(h); {
+			case err == nil:
+			case errors.Is(err, errLost):
+				r.addStat(slot, slStolen, 1)
+				q.LostAtRelease()
+			default:
+				r.addStat(slot, slErrors, 1)
+				if len(errs) < 4 {
+					errs = append(errs, "release: "+err.Error())
+				}
+			}
+		case errors.Is(err, errNotAvailable):
+			r.addStat(slot, slNotAvail, 1)
+		case errors.Is(err, errTimedOut):
+			r.addStat(slot, slTimedOut, 1)
+		case errors.Is(err, errStolenEarly):
+			r.addStat(slot, slStolen, 1)
+			q.StolenBeforeSeen()
+		default:
+			r.addStat(slot, slErrors, 1)
+			if len(errs) < 4 {
+				errs = append(errs, "acquire: "+err.Error())
+			}
+		}
+	}
+	return errs
+}
+
+// holdFor holds a lock for d: busy below a millisecond (a sleep would add the
+// scheduler's latency to every short hold), asleep above.
+func holdFor(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	if d >= time.Millisecond {
+		time.Sleep(d)
+		return
+	}
+	end := mono() + int64(d)
+	for mono() < end {
+	}
+}
