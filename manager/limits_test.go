@@ -264,11 +264,14 @@ func TestCancelRacingGrant(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		ch := acquireAsync(ctx, m, "race", RequestOptions{})
 		waitQueued(t, m, 1)
+		var r result
 		switch i % 3 {
-		case 0: // grant first, then the cancellation
+		case 0: // the grant is seen before the cancellation: granted
 			require.NoError(t, h.Release())
+			r = <-ch
+			require.NoError(t, r.err)
 			cancel()
-		case 1: // cancellation first, then the release
+		case 1: // the cancellation first, then the release: aborted (a racing grant is passed on)
 			cancel()
 			require.NoError(t, h.Release())
 		default: // both at once
@@ -280,7 +283,12 @@ func TestCancelRacingGrant(t *testing.T) {
 			close(start)
 			wg.Wait()
 		}
-		r := <-ch
+		if r.l == nil && r.err == nil {
+			r = <-ch
+		}
+		if i%3 == 1 {
+			require.ErrorIs(t, r.err, ErrAborted)
+		}
 		if r.err == nil {
 			granted++
 			require.NoError(t, r.l.Release())

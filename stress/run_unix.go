@@ -3,7 +3,6 @@
 package stress
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -36,7 +35,6 @@ const maxRegionBytes = 64 << 20
 type worker struct {
 	slot, pos int
 	cmd       *exec.Cmd
-	out       bytes.Buffer
 	killed    bool
 	done      chan struct{}
 	err       error // from Wait
@@ -48,6 +46,7 @@ type supervisor struct {
 	r       *Region
 	region  string
 	table   string
+	dir     string // temporary directory: result files (and the default table)
 	lockDir string
 	start   time.Time
 
@@ -96,6 +95,7 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 		return nil, err
 	}
 	s := &supervisor{cfg: cfg, stderr: stderr, reap: newHist(), stuckSeen: map[[3]uint64]bool{}, allDone: make(chan struct{})}
+	s.dir = dir
 	s.table = cfg.Table
 	if s.table == "" {
 		s.table = filepath.Join(dir, "stress.tbl")
@@ -129,6 +129,9 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 	mp, err := createRegionFile(s.region, RegionSize(cfg.Names, slots, cfg.Goroutines))
 	if err != nil {
 		os.RemoveAll(dir)
+		if errors.Is(err, os.ErrExist) {
+			err = fmt.Errorf("check file %s exists (kept by an earlier run, or another run uses this table): remove it or use another --table", s.region)
+		}
 		return nil, err
 	}
 	defer mp.close()
@@ -168,7 +171,12 @@ func (s *supervisor) workerConfig(slot, ops int) workerConfig {
 		Slot: slot, Goroutines: c.Goroutines, Names: c.Names, Ops: ops,
 		Shared: c.Shared, IfAvailable: c.IfAvailable, Steal: c.Steal, Timeout: c.Timeout,
 		Deadline: c.Deadline, Hold: c.Hold.String(), Seed: c.Seed,
+		Result: s.resultFile(slot),
 	}
+}
+
+func (s *supervisor) resultFile(slot int) string {
+	return filepath.Join(s.dir, fmt.Sprintf("result-%d.json", slot))
 }
 
 // spawn starts a worker at position pos doing ops requests per goroutine
@@ -184,7 +192,6 @@ func (s *supervisor) spawn(pos, ops int) error {
 	w := &worker{slot: slot, pos: pos, done: make(chan struct{})}
 	w.cmd = exec.Command(s.cfg.Worker[0], s.cfg.Worker[1:]...)
 	w.cmd.Env = append(os.Environ(), WorkerEnv+"="+string(wc))
-	w.cmd.Stdout = &w.out
 	w.cmd.Stderr = s.stderr
 	if err := w.cmd.Start(); err != nil {
 		return err
@@ -578,23 +585,27 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 		rep.Fairness.Ratio = math.Round(float64(rep.Fairness.Max)/float64(rep.Fairness.Min)*100) / 100
 	}
 
-	// Histograms from the workers that finished (a killed worker's are lost).
+	// Histograms from the workers' result files (a killed worker's file is
+	// its last periodic flush).
 	hists := map[string]*hdrhistogram.Histogram{}
 	for _, k := range []string{histWaitExclusive, histWaitShared, histHandoffExclusive, histHandoffShared} {
 		hists[k] = newHist()
 	}
-	lost := 0
+	partial, missing := 0, 0
 	for _, w := range all {
-		if w.killed || w.err != nil {
-			lost++
+		b, err := os.ReadFile(s.resultFile(w.slot))
+		if err != nil {
+			missing++
+			if !w.killed && w.err == nil {
+				s.failures = append(s.failures, fmt.Sprintf("worker pid %d left no result: %v", w.cmd.Process.Pid, err))
+			}
 			continue
 		}
-		line := bytes.TrimSpace(w.out.Bytes())
-		if i := bytes.LastIndexByte(line, '\n'); i >= 0 {
-			line = line[i+1:]
+		if w.killed || w.err != nil {
+			partial++
 		}
 		var res workerResult
-		if err := json.Unmarshal(line, &res); err != nil {
+		if err := json.Unmarshal(b, &res); err != nil {
 			s.failures = append(s.failures, fmt.Sprintf("worker pid %d: unreadable result: %v", w.cmd.Process.Pid, err))
 			continue
 		}
@@ -612,8 +623,9 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 			}
 		}
 	}
-	if lost > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("latency histograms of %d killed workers are lost (their counts are not)", lost))
+	if partial+missing > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("latency histograms of %d killed workers end at their last flush (every %v); %d left none",
+			partial+missing, resultEvery, missing))
 	}
 	waitAll, handAll := newHist(), newHist()
 	waitAll.Merge(hists[histWaitExclusive])

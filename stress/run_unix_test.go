@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,8 @@ func TestMain(m *testing.M) {
 	if IsWorker() {
 		os.Exit(WorkerMain(os.Stdout, os.Stderr))
 	}
+	// Workers built with the race detector would sleep a second at exit.
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 	os.Exit(m.Run())
 }
 

@@ -35,9 +35,14 @@ type workerConfig struct {
 	Deadline    time.Duration `json:"deadline"`
 	Hold        string        `json:"hold"`
 	Seed        uint64        `json:"seed"`
+	Result      string        `json:"result"` // file for the workerResult, rewritten every resultEvery
 }
 
-// workerResult is the last line a worker prints on stdout.
+// resultEvery: how often a worker rewrites its result file, so that a
+// killed worker's histograms are lost for at most that long.
+const resultEvery = 250 * time.Millisecond
+
+// workerResult is what a worker leaves in its result file.
 type workerResult struct {
 	Hist   map[string]string `json:"hist"` // encoded HdrHistograms (ns)
 	Errors []string          `json:"errors"`
@@ -56,8 +61,9 @@ func IsWorker() bool { return os.Getenv(WorkerEnv) != "" }
 
 // WorkerMain runs a worker process: it maps the check region, opens the
 // backend and makes requests from its goroutines until the supervisor stops
-// it (or its share of --ops is done), then prints its histograms as one JSON
-// line on stdout. It returns the process exit status.
+// it (or its share of --ops is done). Its latency histograms and error
+// messages go to its result file, rewritten every resultEvery and at the
+// end. It returns the process exit status.
 func WorkerMain(stdout, stderr io.Writer) int {
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(stderr, "stress worker %d: %s\n", os.Getpid(), fmt.Sprintf(format, args...))
@@ -119,52 +125,107 @@ func WorkerMain(stdout, stderr io.Writer) int {
 		cancel()
 	}()
 
-	hists := make([]map[string]*hdrhistogram.Histogram, wc.Goroutines)
-	errs := make([][]string, wc.Goroutines)
+	stats := make([]*gstats, wc.Goroutines)
 	var wg sync.WaitGroup
 	for g := 0; g < wc.Goroutines; g++ {
-		hists[g] = map[string]*hdrhistogram.Histogram{
-			histWaitExclusive: newHist(), histWaitShared: newHist(),
-			histHandoffExclusive: newHist(), histHandoffShared: newHist(),
-		}
+		stats[g] = newGStats()
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
-			errs[g] = runGoroutine(ctx, &wc, hold, r, c, be, g, hists[g])
+			runGoroutine(ctx, &wc, hold, r, c, be, g, stats[g])
 		}(g)
 	}
+	flushed := make(chan struct{})
+	go func() { // keep the result file fresh for the case of a SIGKILL
+		defer close(flushed)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(resultEvery):
+			}
+			if err := writeResult(wc.Result, stats, nil); err != nil {
+				fmt.Fprintf(stderr, "stress worker %d: %v\n", os.Getpid(), err)
+			}
+		}
+	}()
 	wg.Wait()
 	cerr := be.close()
-
-	res := workerResult{Hist: map[string]string{}}
-	for name := range hists[0] {
-		h := newHist()
-		for g := range hists {
-			h.Merge(hists[g][name])
-		}
-		enc, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
-		if err != nil {
-			return fail("encode histogram: %v", err)
-		}
-		res.Hist[name] = string(enc)
-	}
-	for _, e := range errs {
-		res.Errors = append(res.Errors, e...)
-	}
+	cancel()
+	<-flushed
+	var extra []string
 	if cerr != nil {
-		res.Errors = append(res.Errors, "close: "+cerr.Error())
+		extra = append(extra, "close: "+cerr.Error())
 	}
-	line, _ := json.Marshal(res)
-	fmt.Fprintf(stdout, "%s\n", line)
+	if err := writeResult(wc.Result, stats, extra); err != nil {
+		return fail("%v", err)
+	}
 	return 0
 }
 
-// runGoroutine makes requests until ctx ends or its ops are done. It returns
-// the first few unexpected errors.
+// gstats is one goroutine's latency histograms and error messages.
+type gstats struct {
+	mu   sync.Mutex
+	hist map[string]*hdrhistogram.Histogram
+	errs []string
+}
+
+func newGStats() *gstats {
+	return &gstats{hist: map[string]*hdrhistogram.Histogram{
+		histWaitExclusive: newHist(), histWaitShared: newHist(),
+		histHandoffExclusive: newHist(), histHandoffShared: newHist(),
+	}}
+}
+
+func (s *gstats) record(name string, ns int64) {
+	s.mu.Lock()
+	recordNS(s.hist[name], ns)
+	s.mu.Unlock()
+}
+
+func (s *gstats) addErr(msg string) {
+	s.mu.Lock()
+	if len(s.errs) < 4 {
+		s.errs = append(s.errs, msg)
+	}
+	s.mu.Unlock()
+}
+
+// writeResult merges the goroutines' statistics and replaces the result
+// file atomically (write, then rename).
+func writeResult(path string, stats []*gstats, extra []string) error {
+	res := workerResult{Hist: map[string]string{}, Errors: extra}
+	merged := newGStats().hist
+	for _, s := range stats {
+		s.mu.Lock()
+		for k, h := range s.hist {
+			merged[k].Merge(h)
+		}
+		res.Errors = append(res.Errors, s.errs...)
+		s.mu.Unlock()
+	}
+	for k, h := range merged {
+		enc, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+		if err != nil {
+			return fmt.Errorf("encode histogram: %w", err)
+		}
+		res.Hist[k] = string(enc)
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// runGoroutine makes requests until ctx ends or its ops are done.
 func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Checker, be backend,
-	g int, hist map[string]*hdrhistogram.Histogram) []string {
+	g int, st *gstats) {
 	rng := rand.New(rand.NewPCG(wc.Seed, uint64(wc.Slot)<<20|uint64(g)))
-	var errs []string
 	slot := wc.Slot
 	for i := 0; wc.Ops == 0 || i < wc.Ops; i++ {
 		if ctx.Err() != nil {
@@ -199,14 +260,14 @@ func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c
 			r.addStat(slot, slGranted, 1)
 			gr := q.Granted(token)
 			if mode == modeExclusive {
-				recordNS(hist[histWaitExclusive], waited)
+				st.record(histWaitExclusive, waited)
 				if gr.Handoff >= 0 {
-					recordNS(hist[histHandoffExclusive], gr.Handoff)
+					st.record(histHandoffExclusive, gr.Handoff)
 				}
 			} else {
-				recordNS(hist[histWaitShared], waited)
+				st.record(histWaitShared, waited)
 				if gr.Handoff >= 0 {
-					recordNS(hist[histHandoffShared], gr.Handoff)
+					st.record(histHandoffShared, gr.Handoff)
 				}
 			}
 			q.Enter()
@@ -220,9 +281,7 @@ func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c
 				q.LostAtRelease()
 			default:
 				r.addStat(slot, slErrors, 1)
-				if len(errs) < 4 {
-					errs = append(errs, "release: "+err.Error())
-				}
+				st.addErr("release: " + err.Error())
 			}
 		case errors.Is(err, errNotAvailable):
 			r.addStat(slot, slNotAvail, 1)
@@ -233,12 +292,9 @@ func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c
 			q.StolenBeforeSeen()
 		default:
 			r.addStat(slot, slErrors, 1)
-			if len(errs) < 4 {
-				errs = append(errs, "acquire: "+err.Error())
-			}
+			st.addErr("acquire: " + err.Error())
 		}
 	}
-	return errs
 }
 
 // holdFor holds a lock for d: busy below a millisecond (a sleep would add the

@@ -36,8 +36,8 @@ func defaultTablePath() string {
 // tableHelp documents the table location in every command's help.
 func tableHelp() string {
 	return fmt.Sprintf(`Table location: --table PATH; without it $%s if set, else
-$%s/shmlocks.tbl if %s is set, else <temp dir>/shmlocks-<uid>.tbl
-(here: %s).`, envTable, envXDG, envXDG, defaultTablePath())
+$%s/shmlocks.tbl if %s is set, else
+<temp dir>/shmlocks-<uid>.tbl (here: %s).`, envTable, envXDG, envXDG, defaultTablePath())
 }
 
 // cmdFlags is a subcommand's flag set with a help text made of a synopsis,

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -91,37 +92,56 @@ func TestExecConflicts(t *testing.T) {
 	require.Len(t, q.Held, 1)
 }
 
-// startExec starts an exec process and waits (bounded) until the table
-// shows a request of it in the given list.
+// startExec starts an exec process. With pending it waits (bounded) until
+// the table shows its request waiting; otherwise until the command printed
+// its first line (the lock is held and the command runs).
 func startExec(t *testing.T, m *manager.Manager, pending bool, args ...string) (*exec.Cmd, *bytes.Buffer, <-chan error) {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"exec"}, args...)...)
 	cmd.Env = cleanEnv()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	ready := make(chan struct{})
+	done, exited := make(chan error, 1), make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			close(ready)
+		}
+		for sc.Scan() {
+		}
+		done <- cmd.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		<-done
+		<-exited
 	})
+	if !pending {
+		select {
+		case <-ready:
+		case <-exited:
+			t.Fatalf("exec %v exited early: %s", args, stderr.String())
+		case <-time.After(10 * time.Second):
+			t.Fatalf("exec %v: the command did not start", args)
+		}
+		return cmd, &stderr, done
+	}
 	waitFor(t, func() bool {
 		q, err := m.Query(ctxFor(t, 10*time.Second))
 		if err != nil {
 			return false
 		}
-		list := q.Held
-		if pending {
-			list = q.Pending
-		}
-		for _, li := range list {
+		for _, li := range q.Pending {
 			if li.PID == cmd.Process.Pid {
 				return true
 			}
 		}
 		return false
-	}, "the exec process to show in the table")
+	}, "the exec process's request to queue")
 	return cmd, &stderr, done
 }
 
@@ -172,13 +192,13 @@ func TestExecForwardsSignalsAndStolen(t *testing.T) {
 	m := openManager(t, tbl)
 
 	// SIGTERM to exec reaches the command (sleep dies of it).
-	cmd, stderr, done := startExec(t, m, false, "--table", tbl, "job", "--", "sleep", "30")
+	cmd, stderr, done := startExec(t, m, false, "--table", tbl, "job", "--", "sh", "-c", "echo ready; exec sleep 30")
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	err := waitDone(t, done, 10*time.Second, "exec after SIGTERM")
 	require.Equal(t, 128+int(syscall.SIGTERM), exitCode(t, err), stderr.String())
 
 	// A steal: exec warns and terminates the command.
-	_, stderr, done = startExec(t, m, false, "--table", tbl, "job", "--", "sleep", "30")
+	_, stderr, done = startExec(t, m, false, "--table", tbl, "job", "--", "sh", "-c", "echo ready; exec sleep 30")
 	l, err := m.Acquire(ctxFor(t, 10*time.Second), "job", manager.RequestOptions{Steal: true})
 	require.NoError(t, err)
 	defer l.Release()

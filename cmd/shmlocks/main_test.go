@@ -79,16 +79,24 @@ func shm(t *testing.T, env []string, args ...string) result {
 
 // cleanEnv is the environment without the variables that select a table
 // or a fault, so a developer's settings cannot leak into the tests.
+//
+// A binary built with the race detector sleeps a second at exit
+// (GORACE atexit_sleep_ms); the tests do not need that.
 func cleanEnv() []string {
 	var env []string
+	gorace := "atexit_sleep_ms=0"
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, envTable+"=") || strings.HasPrefix(kv, "SHMLOCKS_FAULT=") ||
 			strings.HasPrefix(kv, "SHMLOCKS_STRESS_WORKER=") {
 			continue
 		}
+		if v, ok := strings.CutPrefix(kv, "GORACE="); ok {
+			gorace = v + " " + gorace
+			continue
+		}
 		env = append(env, kv)
 	}
-	return env
+	return append(env, "GORACE="+gorace)
 }
 
 func TestHelp(t *testing.T) {

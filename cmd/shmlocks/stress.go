@@ -43,8 +43,8 @@ Any violation: the messages are printed, the table and check file are kept
 in the environment makes every worker break the lock's exclusion on purpose
 (the checkers must then report violations).
 
-The run uses a fresh table in a temporary directory, removed afterwards
-unless --keep or a violation. --table uses the given file instead (it must
+The run uses a fresh table in a temporary directory (not the default table
+location below), removed afterwards unless --keep or a violation. --table uses the given file instead (it must
 not be in use by anyone else: the final check expects it empty).
 
 ` + "%s"
