@@ -178,7 +178,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 			}
 			st, token, ok := m.t.Status(m.a, ref)
 			if ok && st == table.SlotHeld {
-				return token, nil
+				return m.granted(ctx, name, ref, token)
 			}
 			if !ok || st != table.SlotWaiting {
 				break
@@ -217,7 +217,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		switch {
 		case ok && st == table.SlotHeld:
 			atomic.AddUint32(parked, ^uint32(0))
-			return token, nil
+			return m.granted(ctx, name, ref, token)
 		case ok && st == table.SlotWaiting:
 		case ok && st == table.SlotStolen:
 			// Granted and stolen before we looked: we never held it usefully.
@@ -234,6 +234,16 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		case <-done:
 		}
 	}
+}
+
+// granted accepts an observed grant unless ctx ended meanwhile: a grant
+// seen after the cancellation is handed back (abort), so a caller whose ctx
+// was cancelled before the grant always gets ErrAborted.
+func (m *Manager) granted(ctx context.Context, name string, ref table.Ref, token uint64) (uint64, error) {
+	if ctx.Err() != nil {
+		return m.abort(ctx, name, ref)
+	}
+	return token, nil
 }
 
 // abort withdraws a waiting request whose ctx ended. If a grant raced with

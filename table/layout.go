@@ -55,7 +55,6 @@ const (
 	hdrEntryHint    = 144 // uint32, allocation cursor for entries (advisory)
 	hdrSlotHint     = 148 // uint32, allocation cursor for slots (advisory)
 	hdrAgentHint    = 152 // uint32, allocation cursor for agents (advisory)
-	hdrGrants       = 160 // uint64, total grants (statistics, advisory)
 	hdrReaps        = 168 // uint64, agents reaped (statistics, advisory)
 	hdrRepairs      = 176 // uint64, buckets rebuilt after a dead latch owner (statistics, advisory)
 	hdrSpare        = 184 // uint32, reserved for benchmarks (raw CAS floor)

@@ -13,7 +13,7 @@ type LockInfo struct {
 	PID   int
 	Nonce uint64 // the agent's nonce (its client id)
 	Token uint64 // held requests: the fencing token
-	Since int64  // unix nanoseconds: granted (held) or enqueued (pending)
+	Since int64  // unix nanoseconds: enqueued (pending) or granted from the queue (held); 0 for a request granted at once (not recorded, to keep the clock off the fast path)
 	Slot  uint32
 	Steal bool // granted by a steal
 }
