@@ -49,7 +49,8 @@ type Config struct {
 	Keep  bool    // keep the temporary directory
 	Chaos float64 // SIGKILLs of a random worker per second (a replacement starts at once)
 
-	Stuck time.Duration // a waiter blocked this long on a free name is a violation (default 2s)
+	Stuck       time.Duration // a waiter blocked this long on a free name is a violation (default 2s)
+	MaxGrantGap time.Duration // no grant anywhere for this long while the run is on is a violation (0: not checked)
 	Grace time.Duration // how long workers may take to stop after the end (default 20s)
 
 	// Worker is the command that runs a worker (argv; the configuration goes

@@ -356,6 +356,20 @@ func (s *supervisor) chaos(ctx context.Context) {
 			s.mu.Unlock()
 			continue
 		}
+		// Prefer a worker that holds a lock right now: killing holders is
+		// what exercises reaping.
+		var holders []*worker
+		for _, w := range cands {
+			for g := 0; g < s.r.Goroutines(); g++ {
+				if s.r.readRecord(w.slot, g).holdName >= 0 {
+					holders = append(holders, w)
+					break
+				}
+			}
+		}
+		if len(holders) > 0 {
+			cands = holders
+		}
 		v := cands[rng.IntN(len(cands))]
 		s.kill(v)
 		ops := 0
@@ -451,6 +465,8 @@ func (s *supervisor) watchdog(ctx context.Context) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	stuck := int64(s.cfg.Stuck)
+	var lastGranted uint64
+	lastGrant, gapReported := mono(), false
 	for {
 		select {
 		case <-ctx.Done():
@@ -460,6 +476,18 @@ func (s *supervisor) watchdog(ctx context.Context) {
 		s.mu.Lock()
 		nSlots := s.nextSlot
 		s.mu.Unlock()
+		if gap := int64(s.cfg.MaxGrantGap); gap > 0 && !r.Stopped() {
+			var granted uint64
+			for sl := 0; sl < nSlots; sl++ {
+				granted += s.r.stat(sl, slGranted)
+			}
+			if now := mono(); granted != lastGranted {
+				lastGranted, lastGrant = granted, now
+			} else if now-lastGrant > gap && !gapReported {
+				gapReported = true
+				r.Violation(fmt.Sprintf("no grant anywhere for %v (limit %v)", time.Duration(now-lastGrant).Round(time.Millisecond), s.cfg.MaxGrantGap))
+			}
+		}
 		held := make([]bool, r.Names())
 		var waits []record
 		for sl := 0; sl < nSlots; sl++ {
