@@ -51,7 +51,7 @@ type Config struct {
 
 	Stuck       time.Duration // a waiter blocked this long on a free name is a violation (default 2s)
 	MaxGrantGap time.Duration // no grant anywhere for this long while the run is on is a violation (0: not checked)
-	Grace time.Duration // how long workers may take to stop after the end (default 20s)
+	Grace       time.Duration // how long workers may take to stop after the end (default 20s)
 
 	// Worker is the command that runs a worker (argv; the configuration goes
 	// in the WorkerEnv environment variable).
