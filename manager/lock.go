@@ -127,6 +127,11 @@ func (l *Lock) Release() error {
 		l.state.Store(word&^stateMask | lockStolen)
 		return fmt.Errorf("release %q: %w", l.name, ErrStolen)
 	default:
+		// The table could not be updated (a bucket latch held too long by a
+		// live process, or corruption): the lock is still ours; keep it
+		// releasable so that the caller can retry.
+		l.state.Store(word)
+		m.held[l.ref.Slot].CompareAndSwap(nil, l)
 		return fmt.Errorf("release %q: %w", l.name, err)
 	}
 }

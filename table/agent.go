@@ -221,7 +221,9 @@ func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) er
 					atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), idx, SlotFree))
 					continue
 				}
-				t.latch(a, b, w)
+				if err := t.latch(a, b, w); err != nil {
+					return err
+				}
 				if atomic.LoadUint64(sp) == sw && atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) == b+1 &&
 					atomic.LoadUint64(wp) == word {
 					t.removeSlot(s, sw, e, b, w)

@@ -25,20 +25,25 @@ import (
 // With a non-nil agent, Check takes every bucket latch (in index order) for a
 // consistent view of a live table, then releases them. It returns nil or an
 // error wrapping ErrCorrupt that lists the violations found.
-func (t *Table) Check(a *Agent) (err error) {
-	if a != nil {
-		var w Wakes
-		for b := uint32(0); b < t.l.buckets; b++ {
-			t.latch(a, b, &w)
-		}
-		defer func() {
-			for b := uint32(0); b < t.l.buckets; b++ {
-				t.unlatch(a, b)
+func (t *Table) Check(a *Agent) error {
+	return Guard(func() error {
+		if a != nil {
+			var w Wakes
+			held := uint32(0)
+			defer func() {
+				for b := uint32(0); b < held; b++ {
+					t.unlatch(a, b)
+				}
+				t.Deliver(&w, nil)
+			}()
+			for ; held < t.l.buckets; held++ {
+				if err := t.latch(a, held, &w); err != nil {
+					return err
+				}
 			}
-			t.Deliver(&w, nil)
-		}()
-	}
-	return Guard(func() error { return t.check(a == nil) })
+		}
+		return t.check(a == nil)
+	})
 }
 
 type checker struct {

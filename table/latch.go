@@ -1,6 +1,7 @@
 package table
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -29,29 +30,39 @@ const (
 	latchInitialSleep = 250 * time.Microsecond // first futex sleep
 )
 
+// LatchGiveUp bounds a wait for a bucket latch held by a live owner (a
+// latch is normally held for well under a microsecond). Past it the
+// operation fails with ErrCorrupt naming the bucket and the owner, and the
+// latch is left alone: its owner may be a stopped process that will resume.
+var LatchGiveUp = 10 * time.Second
+
 func (t *Table) latchWord(b uint32) *uint32 { return t.u32(t.bucketOff(b) + bkLatch) }
 
 // latch acquires bucket b's latch for agent a. If the latch was left held by a
-// dead agent it is taken over and the bucket is rebuilt (wakes collected in w).
-func (t *Table) latch(a *Agent, b uint32, w *Wakes) {
+// dead agent it is taken over and the bucket is rebuilt (wakes collected in
+// w). It fails only after LatchGiveUp behind a live owner.
+func (t *Table) latch(a *Agent, b uint32, w *Wakes) error {
 	lw := t.latchWord(b)
 	me := a.Idx + 1
 	if atomic.CompareAndSwapUint32(lw, 0, me) {
 		crash("latch.acquired")
-		return
+		return nil
 	}
-	t.latchSlow(a, b, lw, me, w)
+	if err := t.latchSlow(a, b, lw, me, w); err != nil {
+		return err
+	}
 	crash("latch.acquired")
+	return nil
 }
 
-func (t *Table) latchSlow(a *Agent, b uint32, lw *uint32, me uint32, w *Wakes) {
+func (t *Table) latchSlow(a *Agent, b uint32, lw *uint32, me uint32, w *Wakes) error {
 	var begin, lastCheck time.Time
 	sleep := latchInitialSleep
 	for i := 0; ; i++ {
 		v := atomic.LoadUint32(lw)
 		if v&latchOwner == 0 {
 			if atomic.CompareAndSwapUint32(lw, v, me|v&latchWaiters) {
-				return
+				return nil
 			}
 			continue
 		}
@@ -68,9 +79,13 @@ func (t *Table) latchSlow(a *Agent, b uint32, lw *uint32, me uint32, w *Wakes) {
 			if t.latchOwnerDead(a, v&latchOwner-1) {
 				if atomic.CompareAndSwapUint32(lw, v, me|v&latchWaiters) {
 					t.repair(a, b, w)
-					return
+					return nil
 				}
 				continue
+			}
+			if now.Sub(begin) > LatchGiveUp {
+				return fmt.Errorf("%w: latch of bucket %d held by live agent %d for over %v (a stopped process, or a corrupt latch word)",
+					ErrCorrupt, b, v&latchOwner-1, LatchGiveUp)
 			}
 		}
 		if v&latchWaiters == 0 {

@@ -113,7 +113,10 @@ func (t *Table) Acquire(a *Agent, name string, h uint64, mode uint32, ifAvailabl
 	}
 	b := t.BucketOf(h)
 	ref := Ref{Slot: s, Serial: serial, Bucket: b}
-	t.latch(a, b, w)
+	if err := t.latch(a, b, w); err != nil {
+		t.freeClaimed(s, serial, a.Idx)
+		return Ref{}, NotAvailable, 0, err
+	}
 	e, err := t.findEntry(b, name, h)
 	if err == nil && e == noEntry {
 		e, err = t.allocEntry(a, b, name, h)
@@ -198,7 +201,9 @@ func (t *Table) Release(a *Agent, r Ref, w *Wakes) error {
 	default:
 		return ErrNotHeld
 	}
-	t.latch(a, r.Bucket, w)
+	if err := t.latch(a, r.Bucket, w); err != nil {
+		return err
+	}
 	sw = atomic.LoadUint64(sp)
 	if sw != slotWord(r.Serial, a.Idx, SlotHeld) {
 		t.unlatch(a, r.Bucket)
@@ -225,7 +230,9 @@ func (t *Table) Abort(a *Agent, r Ref, w *Wakes) (Outcome, uint64, error) {
 		return NotAvailable, 0, ErrNotHeld
 	}
 	sp := t.u64(t.slotOff(r.Slot) + slWord)
-	t.latch(a, r.Bucket, w)
+	if err := t.latch(a, r.Bucket, w); err != nil {
+		return NotAvailable, 0, err
+	}
 	sw := atomic.LoadUint64(sp)
 	if wordSerial(sw) != r.Serial || wordAgent(sw) != a.Idx {
 		t.unlatch(a, r.Bucket)

@@ -32,7 +32,9 @@ func (t *Table) Snapshot(a *Agent) (held, pending []LockInfo, err error) {
 				continue
 			}
 			if a != nil {
-				t.latch(a, b, &w)
+				if err := t.latch(a, b, &w); err != nil {
+					return err
+				}
 			}
 			var err error
 			held, pending, err = t.snapBucket(b, held, pending, a != nil)
@@ -149,7 +151,9 @@ func (t *Table) AgentsInWay(a *Agent, name string, h uint64) []uint32 {
 	var out []uint32
 	var w Wakes
 	b := t.BucketOf(h)
-	t.latch(a, b, &w)
+	if t.latch(a, b, &w) != nil {
+		return nil
+	}
 	e, err := t.findEntry(b, name, h)
 	if err == nil && e != noEntry {
 		eo := t.entryOff(e)

@@ -1,0 +1,70 @@
+//go:build linux
+
+package manager
+
+import (
+	"fmt"
+	"testing"
+)
+
+// BenchmarkContention: 2, 4 and 8 child processes loop greedily on one
+// exclusive name (lock, critical section, unlock, again), started together
+// and sampled over a fixed window; the same with flock(LOCK_EX) on one file,
+// in the same run. Critical sections: empty and ~1µs of CPU work. Variants:
+// unpinned, and every child born bound to one CPU.
+//
+// Reported: total ops/s of each, the ratio shm/flock, the ratio of the most
+// to the least operations done by one process (fairness), the share of grants
+// that went back to the previous holder (with every process always
+// requesting, a FIFO lock gives it only when nobody else was queued yet), the
+// calibration and the children's CPU count.
+func BenchmarkContention(b *testing.B) {
+	cs1us := int(spinItersPerMicro())
+	for _, pinned := range []bool{false, true} {
+		for _, procs := range []int{2, 4, 8} {
+			for _, cs := range []struct {
+				name  string
+				iters int
+			}{{"0", 0}, {"1us", cs1us}} {
+				name := fmt.Sprintf("procs=%d/cs=%s/%s", procs, cs.name, pinName(pinned))
+				b.Run(name, func(b *testing.B) {
+					var shm, fl loopResult
+					for i := 0; i < b.N; i++ {
+						shm = runLoop(b, loopCfg{kind: kindShm, procs: procs, csIters: cs.iters, pinned: pinned, calib: true})
+						fl = runLoop(b, loopCfg{kind: kindFlock, procs: procs, csIters: cs.iters, pinned: pinned})
+					}
+					b.ReportMetric(shm.opsPerSec(), "shm-ops/s")
+					b.ReportMetric(fl.opsPerSec(), "flock-ops/s")
+					b.ReportMetric(shm.opsPerSec()/fl.opsPerSec(), "shm/flock")
+					b.ReportMetric(shm.maxMin(), "shm-maxmin")
+					b.ReportMetric(fl.maxMin(), "flock-maxmin")
+					b.ReportMetric(shm.repeatPct(), "shm-repeat%")
+					b.ReportMetric(fl.repeatPct(), "flock-repeat%")
+					b.ReportMetric(shm.calib, "calib-2v1")
+					reportPinning(b, shm)
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkSharedReaders: 1 and 2 child processes loop on a shared request
+// of one name (nobody ever asks for it exclusively), against flock(LOCK_SH)
+// on one file in the same run. Reported: total ops/s of each and the ratio.
+func BenchmarkSharedReaders(b *testing.B) {
+	for _, procs := range []int{1, 2} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
+			var shm, fl loopResult
+			for i := 0; i < b.N; i++ {
+				shm = runLoop(b, loopCfg{kind: kindShm, procs: procs, mode: Shared, calib: true})
+				fl = runLoop(b, loopCfg{kind: kindFlock, procs: procs, mode: Shared})
+			}
+			b.ReportMetric(shm.opsPerSec(), "shm-ops/s")
+			b.ReportMetric(fl.opsPerSec(), "flock-ops/s")
+			b.ReportMetric(shm.opsPerSec()/fl.opsPerSec(), "shm/flock")
+			if procs > 1 {
+				b.ReportMetric(shm.calib, "calib-2v1")
+			}
+		})
+	}
+}

@@ -1,0 +1,118 @@
+// Package table is the byte layout of a shmlocks lock table and the
+// non-blocking state machines that change it: claiming request slots,
+// enqueueing, granting, releasing, aborting, stealing, freeing names,
+// registering and reaping agents, and rebuilding a bucket whose latch was
+// left held by a dead process. It never waits for a lock (only, briefly, for
+// a bucket latch); waiting, contexts and wake-ups belong to package manager.
+//
+// The file is shared by the processes of one machine and holds native-endian
+// words. Every 32-bit field is at an offset that is a multiple of 4 and every
+// 64-bit field at a multiple of 8 (the mapping is page aligned), so
+// sync/atomic works on them on every architecture, GOARCH=386 included.
+// Bytes read from the file are untrusted: every index is bounds-checked and
+// every walk is bounded, so a corrupt file yields ErrCorrupt naming the
+// field, never a panic or a hang; a file truncated under us is caught with
+// runtime/debug.SetPanicOnFault where the table is read outside the fast path
+// (Open, Snapshot, Check, reaping). Any change of layout bumps FormatVersion.
+//
+// # Regions
+//
+//	offset 0                      header        HeaderSize (256)
+//	bucketsOff  = 256             buckets       nBuckets × 16     nBuckets = 2^ceil(log2(2·MaxResources))
+//	entriesOff                    entries       MaxResources × entryStride, entryStride = 64 + align8(MaxNameLen)
+//	slotsOff                      request slots MaxRequests × 64
+//	agentsOff                     agents        MaxAgents × 64
+//	size = agentsOff + 64·MaxAgents
+//
+// # Header
+//
+//	Offset Size Field          Written by            Read by        Atomic Invariant
+//	0      8    magic          creator, once         Open           no     "SHMLOCK1"
+//	8      4    version        creator, once         Open           no     FormatVersion
+//	12     4    header size    creator, once         Open           no     256
+//	16     4    MaxResources   creator, once         Open           no     1 ≤ v ≤ 2^24-2
+//	20     4    MaxRequests    creator, once         Open           no     1 ≤ v ≤ 2^24-2
+//	24     4    MaxAgents      creator, once         Open           no     1 ≤ v ≤ 2^24-2
+//	28     4    MaxNameLen     creator, once         Open           no     1 ≤ v ≤ 65536
+//	32     4    nBuckets       creator, once         Open           no     as derived
+//	36     4    entry stride   creator, once         Open           no     as derived
+//	40     8    file size      creator, once         Open           no     = actual size
+//	48..79 8×4  region offsets creator, once         Open           no     as derived
+//	80     8    nonce          creator, once         all            no     random; names the doorbells
+//	88     8    created        creator, once         dump           no     unix ns
+//	96     4    checksum       creator, once         Open           no     CRC-32C of [0, 96)
+//	128    16   boot id        Open (stale boot)     Open, dump     yes    kernel boot id at last reset
+//	144    12   hints          (reserved)            -              -      -
+//	168    8    reaps          reapers               dump           yes    statistics
+//	176    8    repairs        latch takers-over     dump           yes    statistics
+//	184    4    spare          benchmarks            benchmarks     yes    raw-CAS floor word
+//
+// # Bucket (stride 16)
+//
+//	Offset Size Field     Written by                        Read by           Atomic Invariant
+//	0      4    latch     latch CAS/Swap, takers-over       everyone          yes    0 or owner agent+1 [| 1<<31 waiters]; futex word
+//	4      4    head      latch holder                      latch holder, Snapshot (skip test) yes chain of live entries of this bucket
+//	8      8    maxToken  latch holder (entry freed)        latch holder      no     ≥ every token of every entry freed here
+//
+// # Entry (stride 64 + align8(MaxNameLen)): one live name
+//
+//	Offset Size Field    Written by                 Read by            Atomic Invariant
+//	0      4    state    allocator CAS, latch holder repair, reapers   yes    0 free, else bucket+1
+//	4      4    next     latch holder               latch holder       no     chain link (index+1)
+//	8      4    qHead    latch holder               latch holder       no     first WAITING slot+1
+//	12     4    qTail    latch holder               latch holder       no     last WAITING slot+1
+//	16     4    hHead    latch holder               latch holder       no     first HELD slot+1
+//	20     4    nHeld    latch holder               latch holder       no     = length of held list
+//	24     4    hMode    latch holder               latch holder       no     mode of every holder
+//	28     4    seq      latch holder               latch holder       no     next queue sequence number (wraps)
+//	32     8    token    latch holder               latch holder       no     last token granted on this entry
+//	40     8    hash     latch holder               latch holder       no     Hash(name)
+//	48     4    nameLen  latch holder               latch holder       no     ≤ MaxNameLen
+//	52     4    nWait    latch holder               latch holder       no     = length of queue
+//	56     8    reserved                                                       0
+//	64     …    name     latch holder               latch holder       no     nameLen bytes
+//
+// # Request slot (stride 64)
+//
+//	Offset Size Field    Written by                      Read by              Atomic Invariant
+//	0      8    word     claimer CAS, latch holder, owner everyone            yes    serial<<32 | agent<<8 | state
+//	8      4    entry    latch holder                    latch holder, repair no     entry+1 while WAITING/HELD
+//	12     4    mode     latch holder                    latch holder         no     0 exclusive, 1 shared
+//	16     4    prev     latch holder                    latch holder         no     list link
+//	20     4    next     latch holder                    latch holder         no     list link
+//	24     4    seq      latch holder                    latch holder, repair no     queue order
+//	28     4    flags    latch holder                    dump                 no     1: granted by steal
+//	32     8    token    latch holder (grant)            owner after HELD     no     fencing token
+//	40     8    enqueued latch holder                    dump                 no     unix ns
+//	48     8    granted  latch holder (queue grant)      dump                 no     unix ns, 0 if granted at once
+//	56     8    reserved
+//
+// # Agent record (stride 64): one Manager
+//
+//	Offset Size Field     Written by                 Read by                 Atomic Invariant
+//	0      8    word      registrant CAS, reaper CAS everyone                yes    pid<<32 | start24<<8 | state; 0 free
+//	8      8    start     registrant                 liveness checks         yes    process start time (ticks)
+//	16     8    boot      registrant                 liveness checks         yes    hash of the boot id
+//	24     8    nonce     registrant                 granters (doorbell name) yes   random; the client id
+//	32     4    bell      granters, stealers         the agent               yes    bumped per wake-up
+//	36     4    parked    the agent                  granters                yes    goroutines asleep on the doorbell
+//	40     4    stealSeq  stealers, repairers        the agent               yes    bumped when a hold is taken away
+//	48     8    since     registrant                 dump                    yes    unix ns
+//	56     8    slotMask  the agent (before a claim) reapers                 yes    slot ranges ever claimed from
+//
+// # Slot state machine
+//
+//	          claim (CAS, no latch)         enqueue (latch)
+//	  FREE ───────────────────────▶ CLAIMED ─────────────────▶ WAITING
+//	   ▲  ▲                            │ grant at once (latch)    │ grant by a releaser,
+//	   │  │ owner/reaper (CAS)         ▼                          │ aborter or reaper (latch)
+//	   │  └──────────────────────── HELD ◀──────────────────────┘
+//	   │      release (latch)          │ steal (latch)
+//	   │                               ▼
+//	   └──────── owner (CAS) ──────  STOLEN
+//
+// WAITING and HELD slots change only under their bucket's latch; CLAIMED and
+// STOLEN slots are in no list and only their owner (or its reaper) frees
+// them. The slot words are the truth: entry lists, counts and chains are a
+// cache that repair rebuilds from them.
+package table
