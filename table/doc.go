@@ -102,14 +102,14 @@
 //
 // # Slot state machine
 //
-//	          claim (CAS, no latch)         enqueue (latch)
-//	  FREE ───────────────────────▶ CLAIMED ─────────────────▶ WAITING
-//	   ▲  ▲                            │ grant at once (latch)    │ grant by a releaser,
-//	   │  │ owner/reaper (CAS)         ▼                          │ aborter or reaper (latch)
-//	   │  └──────────────────────── HELD ◀──────────────────────┘
-//	   │      release (latch)          │ steal (latch)
-//	   │                               ▼
-//	   └──────── owner (CAS) ──────  STOLEN
+//	        claim (CAS, no latch)         enqueue (latch)
+//	FREE ───────────────────────▶ CLAIMED ─────────────────▶ WAITING
+//	 ▲  ▲                            │ grant at once (latch)    │ grant by a releaser,
+//	 │  │ owner/reaper (CAS)         ▼                          │ aborter or reaper (latch)
+//	 │  └──────────────────────── HELD ◀──────────────────────┘
+//	 │      release (latch)          │ steal (latch)
+//	 │                               ▼
+//	 └──────── owner (CAS) ──────  STOLEN
 //
 // WAITING and HELD slots change only under their bucket's latch; CLAIMED and
 // STOLEN slots are in no list and only their owner (or its reaper) frees
