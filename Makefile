@@ -2,16 +2,24 @@
 GO      ?= go
 TIMEOUT ?= 8m
 
-.PHONY: all build demo test fmt vet race poll 386 cross bench clean
+.PHONY: all build run demo test fmt vet race poll 386 cross bench clean
 
 all: build
 
 build:
 	$(GO) build ./...
+	$(GO) build -o shmlocks ./cmd/shmlocks
 
-# The main job on a default table (see README).
-demo:
-	$(GO) run ./cmd/shmlocks demo
+# The main job on the default table (see README): a 10-second stress run in
+# which a worker holding a lock is SIGKILLed twice a second, checked by
+# independent checkers; halfway through, a dump of the live table.
+run: build
+	@./shmlocks stress --table default --procs 4 --names 4 --chaos 2 --duration 10s --max-gap 2s & pid=$$!; \
+	sleep 5; ./shmlocks dump --table "$$(./shmlocks path)"; wait $$pid
+
+# Several processes contend for a few names and print their grants.
+demo: build
+	./shmlocks demo
 
 # Everything CI checks: formatting, vet, the race-enabled suite, the suite on
 # the polling fallback, a 32-bit run (64-bit atomics alignment) and the

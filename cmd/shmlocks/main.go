@@ -30,6 +30,7 @@ func commands() []command {
 		{"exec", "run a command while holding a lock (like flock(1))", runExec},
 		{"stress", "hammer a table from many processes and check the lock independently", runStress},
 		{"demo", "several processes contend for locks and print what they got", runDemo},
+		{"path", "print the default table location", runPath},
 	}
 }
 

@@ -77,11 +77,12 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Deadline, "deadline", 0, "the deadline of those requests (default 5ms)")
 	hold := fs.String("hold", "exp:50us", "hold time: fixed:DUR, exp:MEAN, uniform:MIN-MAX or none (busy below 1ms, asleep above)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: pick one; the report prints it)")
-	fs.StringVar(&cfg.Table, "table", "", "table file (default: a fresh file in a temporary directory)")
+	fs.StringVar(&cfg.Table, "table", "", "table file (default: a fresh file in a temporary directory; \"default\": the default table location below)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary table and check file")
 	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL a random worker this many times per second (a replacement starts at once)")
 	backends := fs.String("backend", "shmlocks", "shmlocks, flock, or both comma-separated (run one after the other, reported side by side)")
 	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s)")
+	fs.DurationVar(&cfg.MaxGrantGap, "max-gap", 0, "no grant anywhere for this long is a violation (0: not checked)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	if code, ok := fs.parse(args); !ok {
 		return code
@@ -109,6 +110,9 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 			return fs.usageError("unknown backend %q (want shmlocks, flock or shmlocks,flock)", b)
 		}
 		list = append(list, b)
+	}
+	if cfg.Table == "default" {
+		cfg.Table = defaultTablePath()
 	}
 	if cfg.Table != "" && len(list) > 1 {
 		return fs.usageError("--table applies to one backend only")
