@@ -12,16 +12,16 @@
 // grant carries a fencing token that strictly increases per name for the
 // life of the file.
 //
-//	 Request/Acquire                Release                 Close
-//	       │                           │                      │
-//	       ▼                           ▼                      ▼
-//	 validate ─▶ table.Acquire ─┬─▶ granted ─▶ *Lock ─▶ table.Release ─▶ grants next, rings its agent
-//	 (closed,    (one bucket    │
-//	  name,       latch, a few  └─▶ queued ─▶ spin ≤ 50µs on own slot ─▶ park on a channel
-//	  options,    hundred ns)                     ▲                            │
-//	  ctx)                                        └── bell loop ◀── doorbell ◀─┘ (granter's byte)
-//	                                                    (netpoller)   watcher: pidfds of the other
-//	                                                                  agents → reap the dead
+//	Request/Acquire                Release                 Close
+//	      │                           │                      │
+//	      ▼                           ▼                      ▼
+//	validate ─▶ table.Acquire ─┬─▶ granted ─▶ *Lock ─▶ table.Release ─▶ grants next, rings its agent
+//	(closed,    (one bucket    │
+//	 name,       latch, a few  └─▶ queued ─▶ spin ≤ 50µs on own slot ─▶ park on a channel
+//	 options,    hundred ns)                     ▲                            │
+//	 ctx)                                        └── bell loop ◀── doorbell ◀─┘ (granter's byte)
+//	                                                   (netpoller)   watcher: pidfds of the other
+//	                                                                 agents → reap the dead
 //
 // Waiting goroutines do not hold OS threads: 5,000 waiters in one process
 // use a handful. See docs/design.md for the file layout, the state
