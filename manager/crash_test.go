@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -22,6 +23,9 @@ import (
 //
 // Each scenario is a P/Q/R script: P is this test process, V the victim
 // armed with the crash point, H another live child, C a child killed first.
+
+// Three entries: a fourth name in use forces the reclaim of an idle entry.
+var crashGeometry = &OpenOptions{MaxResources: 3, MaxRequests: 64, MaxAgents: 16, MaxNameLen: 32}
 
 type crashEnv struct {
 	t    *testing.T
@@ -44,7 +48,8 @@ var crashScenarios = map[string]func(e *crashEnv, point string){
 	"grant.linked":     crashWhileReleasing,
 	"release.unlinked": crashWhileReleasing,
 	"release.freed":    crashWhileReleasing,
-	// V holds x alone and dies while freeing its entry.
+	// V uses four names in distinct buckets one after another and dies while
+	// freeing an idle entry to reclaim it.
 	"entry.unlinked": crashWhileFreeingEntry,
 	// P holds x; V's queued request times out and V dies while withdrawing it.
 	"abort.unlinked": crashWhileAborting,
@@ -72,7 +77,7 @@ func TestCrashPoints(t *testing.T) {
 				t.Fatalf("crash point %q has no multi-process test", point)
 			}
 			path := tablePath(t)
-			e := &crashEnv{t: t, path: path, m: openM(t, path, nil)}
+			e := &crashEnv{t: t, path: path, m: openM(t, path, crashGeometry)}
 			sc(e, point)
 			e.verify()
 		})
@@ -177,17 +182,31 @@ func crashWhileReleasing(e *crashEnv, point string) {
 }
 
 func crashWhileFreeingEntry(e *crashEnv, point string) {
-	v := spawn(e.t, e.path, nil)
-	v.send("acquire x")
-	tv := tokenOf(v.expect("acquired x"))
-	v.send("crash %s", point)
-	v.expect("armed")
-	v.send("release x")
+	// Four names in distinct buckets: the fourth finds no idle entry in its
+	// bucket and no free entry, and reclaims another bucket's idle entry.
+	var names []string
+	buckets := map[uint32]bool{}
+	for i := 0; len(names) < 4; i++ {
+		n := fmt.Sprint("n", i)
+		if b := e.m.Table().BucketOf(table.Hash(n)); !buckets[b] {
+			buckets[b] = true
+			names = append(names, n)
+		}
+	}
+	v := e.victim(point)
+	for _, n := range names[:3] {
+		v.send("acquire %s", n)
+		v.expect("acquired " + n)
+		v.send("release %s", n)
+		v.expect("released " + n)
+	}
+	v.send("acquire %s", names[3]) // dies reclaiming an idle entry
 	e.died(v)
-	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died freeing its entry")
-	require.Greater(e.t, l.Token(), tv, "tokens continue after the entry was rebuilt")
-	check(e.t, e.m)
-	require.NoError(e.t, l.Release())
+	for _, n := range names {
+		l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, n, RequestOptions{}), "a name after V died freeing an entry")
+		check(e.t, e.m)
+		require.NoError(e.t, l.Release())
+	}
 }
 
 func crashWhileAborting(e *crashEnv, point string) {

@@ -438,3 +438,59 @@ func TestScanNeverLosesRecycledLocks(t *testing.T) {
 	scans.Wait()
 	check(t, m)
 }
+
+// Lost and the Request context's Done, first called after the lock was
+// already stolen, return closed channels (and do not deadlock).
+func TestLostAfterTheFact(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	ctx := ctxT(t, eventually)
+	done := make(chan error, 1)
+	stolen := make(chan struct{})
+	go func() {
+		done <- m.Request(ctx, "late", RequestOptions{}, func(ctx context.Context, l *Lock) error {
+			<-stolen
+			<-ctx.Done() // first call after the steal
+			<-l.Lost()
+			return nil
+		})
+	}()
+	waitHeld(t, m, "late")
+	st, err := m.Acquire(ctx, "late", RequestOptions{Steal: true})
+	require.NoError(t, err)
+	close(stolen)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, ErrStolen)
+	case <-ctx.Done():
+		t.Fatal("callback never saw the steal")
+	}
+	require.NoError(t, st.Release())
+	// Acquire form: Lost called late.
+	l, err := m.Acquire(ctx, "late2", RequestOptions{})
+	require.NoError(t, err)
+	st, err = m.Acquire(ctx, "late2", RequestOptions{Steal: true})
+	require.NoError(t, err)
+	select {
+	case <-l.Lost():
+	case <-ctx.Done():
+		t.Fatal("Lost called after the steal did not close")
+	}
+	require.ErrorIs(t, l.Release(), ErrStolen)
+	require.NoError(t, st.Release())
+	check(t, m)
+}
+
+func waitHeld(t testing.TB, m *Manager, name string) {
+	deadline := time.Now().Add(eventually)
+	for {
+		s, err := m.Query(context.Background())
+		require.NoError(t, err)
+		for _, h := range s.Held {
+			if h.Name == name {
+				return
+			}
+		}
+		require.True(t, time.Now().Before(deadline))
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -36,9 +36,10 @@ type Lock struct {
 	token uint64
 	state atomic.Uint64 // incarnation<<stateBits | lock state
 
-	mu   sync.Mutex
-	lost chan struct{} // created lazily by Lost or the Request context
-	ctx  lockCtx
+	mu         sync.Mutex
+	lost       chan struct{} // created lazily by Lost or the Request context
+	registered atomic.Bool   // in m.held (so that the bell loop can close lost)
+	ctx        lockCtx
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -50,6 +51,7 @@ func (l *Lock) init(m *Manager, name string, mode Mode, ref table.Ref, token uin
 	inc := l.state.Load()>>stateBits + 1
 	l.m, l.name, l.mode, l.ref, l.token = m, name, mode, ref, token
 	l.lost = nil
+	l.registered.Store(false)
 	l.ctx = lockCtx{l: l}
 	l.state.Store(inc<<stateBits | lockHeld)
 }
@@ -71,7 +73,16 @@ func (l *Lock) Token() uint64 { return l.token }
 // otherwise taken away (reaped, or released by Close).
 func (l *Lock) Lost() <-chan struct{} {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	c := l.lostLocked()
+	l.mu.Unlock()
+	if c != closedChan {
+		l.watch()
+	}
+	return c
+}
+
+// lostLocked returns the lost channel, creating it (l.mu held).
+func (l *Lock) lostLocked() chan struct{} {
 	if l.lost == nil {
 		if st := l.st(); st == lockStolen || st == lockClosed {
 			return closedChan
@@ -79,6 +90,26 @@ func (l *Lock) Lost() <-chan struct{} {
 		l.lost = make(chan struct{})
 	}
 	return l.lost
+}
+
+// watch registers a held lock with its Manager's bell loop, which closes its
+// lost channel when a steal or reap takes it away, and then looks once
+// itself, in case that happened before the registration.
+func (l *Lock) watch() {
+	word := l.state.Load()
+	if word&stateMask != lockHeld || l.registered.Load() {
+		return
+	}
+	m := l.m
+	if !m.enter() {
+		l.markLost(word, lockClosed)
+		return
+	}
+	defer m.leave()
+	if l.registered.CompareAndSwap(false, true) {
+		m.held[l.ref.Slot].Store(l)
+		m.loseIfGone(l.ref.Slot, l)
+	}
 }
 
 // markLost moves the incarnation whose state word is word from held to to
@@ -110,7 +141,9 @@ func (l *Lock) Release() error {
 	if word&stateMask != lockHeld || !l.state.CompareAndSwap(word, word&^stateMask|lockReleased) {
 		return l.notHeldErr()
 	}
-	m.held[l.ref.Slot].CompareAndSwap(l, nil)
+	if l.registered.Load() {
+		m.held[l.ref.Slot].CompareAndSwap(l, nil)
+	}
 	if !m.enter() {
 		return fmt.Errorf("release %q: %w", l.name, ErrClosed)
 	}
@@ -131,7 +164,9 @@ func (l *Lock) Release() error {
 		// live process, or corruption): the lock is still ours; keep it
 		// releasable so that the caller can retry.
 		l.state.Store(word)
-		m.held[l.ref.Slot].CompareAndSwap(nil, l)
+		if l.registered.Load() {
+			m.held[l.ref.Slot].CompareAndSwap(nil, l)
+		}
 		return fmt.Errorf("release %q: %w", l.name, err)
 	}
 }
@@ -170,22 +205,29 @@ func (c *lockCtx) Err() error {
 func (c *lockCtx) Done() <-chan struct{} {
 	l := c.l
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	done := c.doneLocked()
+	l.mu.Unlock()
+	if done != closedChan {
+		l.watch() // without l.mu: watch may close the lost channel itself
+	}
+	return done
+}
+
+func (c *lockCtx) doneLocked() chan struct{} {
+	l := c.l
 	if c.done != nil {
 		return c.done
 	}
-	if l.lost == nil {
-		if st := l.st(); st == lockStolen || st == lockClosed {
-			return closedChan
-		}
-		l.lost = make(chan struct{})
+	lost := l.lostLocked()
+	if lost == closedChan {
+		return closedChan
 	}
 	if c.parent.Done() == nil {
-		c.done = l.lost
+		c.done = lost
 		return c.done
 	}
 	c.done = make(chan struct{})
-	done, lost := c.done, l.lost
+	done := c.done
 	var once sync.Once
 	fire := func() { once.Do(func() { close(done) }) }
 	c.fire = fire

@@ -119,11 +119,10 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 			return err
 		}
 	}
+	// The Lock is registered in m.held only once someone can observe its
+	// loss asynchronously (Lost, or the Request context's Done): Release
+	// learns of a steal from the table anyway.
 	l.init(m, name, opts.Mode, ref, token)
-	m.held[ref.Slot].Store(l)
-	// A steal between the grant and the registration would have found no Lock
-	// to notify: look once more.
-	m.loseIfGone(ref.Slot, l)
 	return nil
 }
 

@@ -10,8 +10,8 @@ import (
 //
 //   - each bucket chain is acyclic, in range, and holds only entries live in
 //     that bucket whose name hashes to it, with no name twice;
-//   - every live entry is in its bucket's chain, is not empty, and its name
-//     length is within MaxNameLen;
+//   - every live entry is in its bucket's chain and its name length is
+//     within MaxNameLen; a bucket has at most one idle (empty) entry;
 //   - each held list is acyclic, doubly linked, of length nHeld, made of HELD
 //     slots of that entry, all in the entry's mode, exclusive only alone, with
 //     distinct tokens no larger than the entry's token counter;
@@ -68,6 +68,7 @@ func (t *Table) check(quiescent bool) error {
 			c.fail("bucket %d: latch held (%#x) in a quiescent table", b, lw)
 		}
 		names := map[string]bool{}
+		idle := 0
 		next := atomic.LoadUint32(t.u32(bo + bkHead))
 		for steps := 0; next != 0; steps++ {
 			e := next - 1
@@ -102,6 +103,11 @@ func (t *Table) check(quiescent bool) error {
 				names[name] = true
 			}
 			t.checkEntry(c, e, inList)
+			if t.entryEmpty(eo) {
+				if idle++; idle > 1 {
+					c.fail("bucket %d: %d idle entries (at most one is kept)", b, idle)
+				}
+			}
 			next = atomic.LoadUint32(t.u32(eo + enNext))
 		}
 	}
@@ -173,9 +179,6 @@ func (t *Table) checkEntry(c *checker, e uint32, inList []bool) {
 	hMode := atomic.LoadUint32(t.u32(eo + enHMode))
 	token := atomic.LoadUint64(t.u64(eo + enToken))
 	qHead := atomic.LoadUint32(t.u32(eo + enQHead))
-	if nHeld == 0 && qHead == 0 {
-		c.fail("entry %d: live but empty (nothing held or queued)", e)
-	}
 	// Held list.
 	var prev, count uint32
 	tokens := map[uint64]bool{}

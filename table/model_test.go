@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -104,7 +105,17 @@ func TestModelRandomOps(t *testing.T) {
 		seeds, steps = seeds[:3], 1500
 	}
 	for _, seed := range seeds {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, steps, false) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, steps, false, smallGeometry) })
+	}
+}
+
+// TestModelFewEntries: five names share three entries, so idle entries are
+// renamed and reclaimed from other buckets all the time, and ErrTableFull is
+// acceptable only when the model has three names in use.
+func TestModelFewEntries(t *testing.T) {
+	g := Geometry{MaxResources: 3, MaxRequests: 64, MaxAgents: 16, MaxNameLen: 32}
+	for _, seed := range []uint64{21, 22, 23, 24} {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 2000, false, g) })
 	}
 }
 
@@ -112,7 +123,7 @@ func TestModelRandomOps(t *testing.T) {
 // doorbell counter just below 2^32 (hard case 9) and runs the model through the wrap.
 func TestModelCountersNearWrap(t *testing.T) {
 	for _, seed := range []uint64{11, 12, 13} {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 2000, true) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 2000, true, smallGeometry) })
 	}
 }
 
@@ -123,9 +134,9 @@ type live struct {
 	id    int
 }
 
-func runModel(t *testing.T, seed uint64, steps int, nearWrap bool) {
+func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 	live0 := installFakeLiveness(t)
-	tb := newTestTable(t, smallGeometry)
+	tb := newTestTable(t, g)
 	if nearWrap {
 		for s := uint32(0); s < uint32(tb.l.MaxRequests); s++ {
 			*tb.u64(tb.slotOff(s) + slWord) = slotWord(0xFFFFFFFF-s%7, 0, SlotFree)
@@ -222,6 +233,16 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool) {
 			deliver()
 			if err != nil {
 				require.ErrorIs(t, err, ErrTableFull, what)
+				inUse := 0
+				for _, n := range names {
+					if len(mdl.held[n])+len(mdl.queue[n]) > 0 {
+						inUse++
+					}
+				}
+				if strings.Contains(err.Error(), "MaxResources") {
+					require.GreaterOrEqual(t, inUse, g.MaxResources, "%s: table full with only %d names in use", what, inUse)
+					require.Zero(t, len(mdl.held[name])+len(mdl.queue[name]), "%s: a name in use has an entry", what)
+				}
 				break
 			}
 			id := nextID

@@ -152,7 +152,6 @@ func (t *Table) Acquire(a *Agent, name string, h uint64, mode uint32, ifAvailabl
 		out = Queued
 	}
 	if out == NotAvailable {
-		t.maybeFreeEntry(e, b)
 		t.unlatch(a, b)
 		t.freeClaimed(s, serial, a.Idx)
 		return Ref{}, NotAvailable, 0, nil
@@ -341,55 +340,133 @@ func (t *Table) findEntry(b uint32, name string, h uint64) (uint32, error) {
 	return noEntry, nil
 }
 
-// allocEntry claims a free entry for name in bucket b and links it at the
-// head of the chain. Its token counter starts at the bucket's high-water
-// mark, so tokens of a name keep increasing across entry reuse.
+// Entries of names nobody holds or waits for. When a name's last holder and
+// waiter leave, its entry stays in its bucket's chain, idle, so that the next
+// request on the name finds it (no allocation); each bucket keeps at most one
+// idle entry (emptying a second one frees the first). A request for a new
+// name reuses its bucket's idle entry under another name, else claims a free
+// entry, else reclaims another bucket's idle entry under that bucket's latch
+// taken without waiting. So a name no longer used never keeps an entry from
+// a name that needs one: a million distinct names never fill the table.
+
+// entryEmpty: nothing holds or waits on the entry at offset eo.
+func (t *Table) entryEmpty(eo uint64) bool {
+	return t.ld32(eo+enNHeld) == 0 && t.ld32(eo+enQHead) == 0
+}
+
+// allocEntry finds an entry for name in bucket b and links it at the head of
+// the chain. Its token counter starts at the bucket's high-water mark, so
+// tokens of a name keep increasing across entry reuse.
 func (t *Table) allocEntry(a *Agent, b uint32, name string, h uint64) (uint32, error) {
 	if len(name) > t.l.MaxNameLen {
 		return noEntry, corruptf("name length", len(name), "over MaxNameLen %d", t.l.MaxNameLen)
 	}
-	n := uint32(t.l.MaxResources)
-	start := a.entryHint.Load()
-	for i := uint32(0); i < n; i++ {
-		e := (start + i) % n
+	bo := t.bucketOff(b)
+	// The bucket's idle entry, renamed.
+	next := atomic.LoadUint32(t.u32(bo + bkHead))
+	for steps := 0; next != 0 && next-1 < uint32(t.l.MaxResources) && steps < t.l.MaxResources; steps++ {
+		e := next - 1
 		eo := t.entryOff(e)
-		sp := t.u32(eo + enState)
-		if atomic.LoadUint32(sp) != 0 || !atomic.CompareAndSwapUint32(sp, 0, b+1) {
-			continue
+		if t.entryEmpty(eo) {
+			t.foldToken(eo, bo)
+			t.nameEntry(eo, bo, name, h)
+			return e, nil
 		}
-		a.entryHint.Store(e)
-		crash("entry.allocated")
-		bo := t.bucketOff(b)
-		t.st32(eo+enQHead, 0)
-		t.st32(eo+enQTail, 0)
-		t.st32(eo+enHHead, 0)
-		t.st32(eo+enNHeld, 0)
-		t.st32(eo+enNWait, 0)
-		t.st32(eo+enHMode, 0)
-		t.st64(eo+enToken, t.ld64(bo+bkMaxToken))
-		t.st64(eo+enHash, h)
-		// The name bytes are written plainly: they are read only under this
-		// bucket's latch (or by tools that tolerate a torn read).
-		copy(unsafe.Slice((*byte)(unsafe.Add(t.base, eo+enName)), len(name)), name)
-		t.st32(eo+enNameLen, uint32(len(name)))
-		atomic.StoreUint32(t.u32(eo+enNext), atomic.LoadUint32(t.u32(bo+bkHead)))
-		atomic.StoreUint32(t.u32(bo+bkHead), e+1)
-		crash("entry.linked")
-		return e, nil
+		next = t.ld32(eo + enNext)
+	}
+	n := uint32(t.l.MaxResources)
+	for pass := 0; pass < 2; pass++ {
+		start := a.entryHint.Load()
+		for i := uint32(0); i < n; i++ {
+			e := (start + i) % n
+			eo := t.entryOff(e)
+			sp := t.u32(eo + enState)
+			st := atomic.LoadUint32(sp)
+			if st != 0 {
+				// Second pass: reclaim another bucket's idle entry.
+				if pass == 0 || st-1 == b || st-1 >= t.l.buckets || !t.entryEmpty(eo) || !t.reclaim(a, e, st-1) {
+					continue
+				}
+			}
+			if !atomic.CompareAndSwapUint32(sp, 0, b+1) {
+				continue
+			}
+			a.entryHint.Store(e)
+			crash("entry.allocated")
+			t.st32(eo+enQHead, 0)
+			t.st32(eo+enQTail, 0)
+			t.st32(eo+enHHead, 0)
+			t.st32(eo+enNHeld, 0)
+			t.st32(eo+enNWait, 0)
+			t.st32(eo+enHMode, 0)
+			t.nameEntry(eo, bo, name, h)
+			atomic.StoreUint32(t.u32(eo+enNext), atomic.LoadUint32(t.u32(bo+bkHead)))
+			atomic.StoreUint32(t.u32(bo+bkHead), e+1)
+			crash("entry.linked")
+			return e, nil
+		}
 	}
 	return noEntry, fullf("resource entries (MaxResources)", int(n))
 }
 
-// maybeFreeEntry frees entry e of bucket b if nothing holds or waits on it.
-func (t *Table) maybeFreeEntry(e, b uint32) {
-	eo := t.entryOff(e)
-	if t.ld32(eo+enNHeld) != 0 || t.ld32(eo+enQHead) != 0 {
-		return
-	}
-	bo := t.bucketOff(b)
+// nameEntry gives entry eo of bucket bo the name, hash and the bucket's token high-water mark.
+func (t *Table) nameEntry(eo, bo uint64, name string, h uint64) {
+	t.st64(eo+enToken, t.ld64(bo+bkMaxToken))
+	t.st64(eo+enHash, h)
+	// The name bytes are written plainly: they are read only under this
+	// bucket's latch (or by tools that tolerate a torn read).
+	copy(unsafe.Slice((*byte)(unsafe.Add(t.base, eo+enName)), len(name)), name)
+	t.st32(eo+enNameLen, uint32(len(name)))
+}
+
+// foldToken raises bucket bo's token high-water mark to entry eo's counter,
+// before the entry is freed or renamed.
+func (t *Table) foldToken(eo, bo uint64) {
 	if tok := t.ld64(eo + enToken); tok > t.ld64(bo+bkMaxToken) {
 		t.st64(bo+bkMaxToken, tok)
 	}
+}
+
+// reclaim frees idle entry e of another bucket ob, taking ob's latch only if
+// it is free at once (we may hold our own bucket's latch: never wait for a
+// second one). It reports whether e is now free.
+func (t *Table) reclaim(a *Agent, e, ob uint32) bool {
+	lw := t.latchWord(ob)
+	if !atomic.CompareAndSwapUint32(lw, 0, a.Idx+1) {
+		return false
+	}
+	eo := t.entryOff(e)
+	ok := atomic.LoadUint32(t.u32(eo+enState)) == ob+1 && t.entryEmpty(eo)
+	if ok {
+		t.freeEntry(e, ob)
+	}
+	t.unlatch(a, ob)
+	return ok
+}
+
+// entryEmptied is called when entry e of bucket b may have become empty: it
+// stays as the bucket's idle entry, and any other idle entry of the bucket is freed.
+func (t *Table) entryEmptied(e, b uint32) {
+	eo := t.entryOff(e)
+	if !t.entryEmpty(eo) {
+		return
+	}
+	next := atomic.LoadUint32(t.u32(t.bucketOff(b) + bkHead))
+	for steps := 0; next != 0 && next-1 < uint32(t.l.MaxResources) && steps < t.l.MaxResources; steps++ {
+		x := next - 1
+		next = t.ld32(t.entryOff(x) + enNext)
+		if x != e && t.entryEmpty(t.entryOff(x)) {
+			t.freeEntry(x, b)
+		}
+	}
+}
+
+// freeEntry frees entry e of bucket b (nothing holds or waits on it): fold its
+// token into the bucket's high-water mark, unlink it, free it.
+func (t *Table) freeEntry(e, b uint32) {
+	eo := t.entryOff(e)
+	bo := t.bucketOff(b)
+	t.foldToken(eo, bo)
 	// Unlink from the chain (chains are short: the table has twice as many buckets as entries).
 	prev := t.u32(bo + bkHead)
 	for steps := 0; steps <= t.l.MaxResources; steps++ {
@@ -522,7 +599,7 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 	atomic.CompareAndSwapUint64(t.u64(t.slotOff(s)+slWord), sw, slotWord(wordSerial(sw), wordAgent(sw), SlotFree))
 	crash("release.freed")
 	t.processQueue(e, w)
-	t.maybeFreeEntry(e, b)
+	t.entryEmptied(e, b)
 }
 
 // processQueue grants the head of e's queue while it is compatible with the

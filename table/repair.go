@@ -18,7 +18,7 @@ func nowNano() int64 { return time.Now().UnixNano() }
 // are re-queued in order of their sequence numbers, held slots relinked, the
 // token counter raised to the highest token handed out, and then every queue
 // is re-processed (the dead owner may have been releasing) and empty entries
-// are freed. Every agent with a request in the bucket is rung, so that
+// are freed (an idle entry may have been half renamed). Every agent with a request in the bucket is rung, so that
 // waiters re-check and victims of a half-finished steal learn of it.
 func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 	nRes, nReq := uint32(t.l.MaxResources), uint32(t.l.MaxRequests)
@@ -110,7 +110,9 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 	crash("repair.rebuilt")
 	for _, e := range live {
 		t.processQueue(e, w)
-		t.maybeFreeEntry(e, b)
+		if t.entryEmpty(t.entryOff(e)) {
+			t.freeEntry(e, b) // the dead owner may have been renaming it
+		}
 	}
 	atomic.AddUint64(t.u64(hdrRepairs), 1)
 }

@@ -111,16 +111,24 @@ func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]L
 
 // Usage counts what is in use against the limits.
 type Usage struct {
-	Entries, Slots, Agents int
-	Held, Waiting          int
-	Reaps, Repairs         uint64
+	Entries        int // names held or waited for
+	Idle           int // entries of names nobody holds or waits for, kept for reuse
+	Slots, Agents  int
+	Held, Waiting  int
+	Reaps, Repairs uint64
 }
 
 // Usage reads counts without latching (advisory).
 func (t *Table) Usage() Usage {
 	var u Usage
 	for e := uint32(0); e < uint32(t.l.MaxResources); e++ {
-		if atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != 0 {
+		eo := t.entryOff(e)
+		if atomic.LoadUint32(t.u32(eo+enState)) == 0 {
+			continue
+		}
+		if t.entryEmpty(eo) {
+			u.Idle++
+		} else {
 			u.Entries++
 		}
 	}
