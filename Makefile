@@ -48,8 +48,11 @@ cross:
 	GOOS=freebsd GOARCH=amd64 $(GO) vet ./...
 	GOOS=windows GOARCH=amd64 $(GO) vet ./...
 
+# The benchmarks of docs/benchmarks.md: medians of COUNT runs, ratios and the
+# issue targets; raw output and summary in bench-out/ (about 6 minutes).
+COUNT ?= 3
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./...
+	GO=$(GO) COUNT=$(COUNT) OUT=bench-out bash docs/bench.sh
 
 clean:
 	rm -rf bench-out shmlocks

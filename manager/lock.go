@@ -7,23 +7,25 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/shmlocks/shmlocks/table"
 )
 
-// Lock states, in the low byte of Lock.state; the bits above count the
-// Lock's incarnations. Request reuses Lock objects, and the bell loop may
-// still hold a pointer to a Lock that was released and granted again: it
-// only ever changes a Lock by a CAS on the exact (incarnation, state) word it
-// validated, so it can never touch a later incarnation.
+// Lock states, in the low bits of Lock.state; the bits above stateBits
+// count the Lock's incarnations. Request reuses Lock objects, and the bell
+// loop may still hold a pointer to a Lock that was released and granted
+// again: it only ever changes a Lock by a CAS on the exact (incarnation,
+// state) word it validated, so it can never touch a later incarnation.
 const (
 	lockHeld     = 1 + iota // granted, not yet released
 	lockReleased            // released by its holder
 	lockClosed              // released by Close
 	lockStolen              // stolen or reaped while held
 
-	stateBits = 8
-	stateMask = 1<<stateBits - 1
+	stateMask      = 0x0f // the lock state
+	flagRegistered = 0x10 // in m.held, so that the bell loop closes lost when it is taken away
+	stateBits      = 8
 )
 
 // Lock is a granted request. A Lock obtained in Request's callback must not
@@ -34,26 +36,27 @@ type Lock struct {
 	mode  Mode
 	ref   table.Ref
 	token uint64
-	state atomic.Uint64 // incarnation<<stateBits | lock state
+	state atomic.Uint64 // incarnation<<stateBits | flagRegistered? | lock state
 
-	mu         sync.Mutex
-	lost       chan struct{} // created lazily by Lost or the Request context
-	registered atomic.Bool   // in m.held (so that the bell loop can close lost)
-	ctx        lockCtx
+	mu   sync.Mutex
+	lost chan struct{} // created lazily by Lost or the Request context
+	ctx  *lockCtx      // Request's context for fn (allocated once per pooled Lock)
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // init makes l a fresh held lock (a new incarnation). Only the state word is
-// read by other goroutines before l is published in m.held, so the other
-// fields are written plainly.
-func (l *Lock) init(m *Manager, name string, mode Mode, ref table.Ref, token uint64) {
-	inc := l.state.Load()>>stateBits + 1
+// read by other goroutines, so the other fields are written plainly. A
+// freshly allocated Lock (fresh) is not reachable by anyone yet, so even its
+// state word is written plainly.
+func (l *Lock) init(m *Manager, name string, mode Mode, ref table.Ref, token uint64, fresh bool) {
 	l.m, l.name, l.mode, l.ref, l.token = m, name, mode, ref, token
+	if fresh {
+		*(*uint64)(unsafe.Pointer(&l.state)) = 1<<stateBits | lockHeld
+		return
+	}
 	l.lost = nil
-	l.registered.Store(false)
-	l.ctx = lockCtx{l: l}
-	l.state.Store(inc<<stateBits | lockHeld)
+	l.state.Store((l.state.Load()>>stateBits+1)<<stateBits | lockHeld)
 }
 
 func (l *Lock) st() uint64 { return l.state.Load() & stateMask }
@@ -97,7 +100,7 @@ func (l *Lock) lostLocked() chan struct{} {
 // itself, in case that happened before the registration.
 func (l *Lock) watch() {
 	word := l.state.Load()
-	if word&stateMask != lockHeld || l.registered.Load() {
+	if word&stateMask != lockHeld || word&flagRegistered != 0 {
 		return
 	}
 	m := l.m
@@ -106,10 +109,17 @@ func (l *Lock) watch() {
 		return
 	}
 	defer m.leave()
-	if l.registered.CompareAndSwap(false, true) {
-		m.held[l.ref.Slot].Store(l)
-		m.loseIfGone(l.ref.Slot, l)
+	if !l.state.CompareAndSwap(word, word|flagRegistered) {
+		return
 	}
+	m.held[l.ref.Slot].Store(l)
+	if l.state.Load() != word|flagRegistered {
+		// Released (or lost) between the CAS and the Store, too early for
+		// Release to unregister it: do it here.
+		m.held[l.ref.Slot].CompareAndSwap(l, nil)
+		return
+	}
+	m.loseIfGone(l.ref.Slot, l)
 }
 
 // markLost moves the incarnation whose state word is word from held to to
@@ -141,7 +151,7 @@ func (l *Lock) Release() error {
 	if word&stateMask != lockHeld || !l.state.CompareAndSwap(word, word&^stateMask|lockReleased) {
 		return l.notHeldErr()
 	}
-	if l.registered.Load() {
+	if word&flagRegistered != 0 {
 		m.held[l.ref.Slot].CompareAndSwap(l, nil)
 	}
 	if !m.enter() {
@@ -164,7 +174,7 @@ func (l *Lock) Release() error {
 		// live process, or corruption): the lock is still ours; keep it
 		// releasable so that the caller can retry.
 		l.state.Store(word)
-		if l.registered.Load() {
+		if word&flagRegistered != 0 {
 			m.held[l.ref.Slot].CompareAndSwap(nil, l)
 		}
 		return fmt.Errorf("release %q: %w", l.name, err)

@@ -27,7 +27,7 @@ type RequestOptions struct {
 func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	fn func(ctx context.Context, l *Lock) error) error {
 	l := m.pool.Get().(*Lock)
-	err := m.acquire(ctx, name, opts, l)
+	err := m.acquire(ctx, name, opts, l, false)
 	if err != nil {
 		m.pool.Put(l)
 		if errors.Is(err, ErrNotAvailable) {
@@ -35,8 +35,11 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 		}
 		return err
 	}
-	l.ctx.parent = ctx
-	ferr := fn(&l.ctx, l)
+	if l.ctx == nil {
+		l.ctx = &lockCtx{l: l}
+	}
+	*l.ctx = lockCtx{l: l, parent: ctx}
+	ferr := fn(l.ctx, l)
 	l.ctx.finish()
 	rerr := l.Release()
 	if rerr == nil {
@@ -57,7 +60,7 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 // With IfAvailable and the lock not grantable at once: (nil, ErrNotAvailable).
 func (m *Manager) Acquire(ctx context.Context, name string, opts RequestOptions) (*Lock, error) {
 	l := new(Lock)
-	if err := m.acquire(ctx, name, opts, l); err != nil {
+	if err := m.acquire(ctx, name, opts, l, true); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -89,7 +92,7 @@ func (m *Manager) validate(ctx context.Context, name string, opts RequestOptions
 	return nil
 }
 
-func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions, l *Lock) error {
+func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions, l *Lock, fresh bool) error {
 	if err := m.validate(ctx, name, opts); err != nil {
 		return err
 	}
@@ -122,7 +125,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	// The Lock is registered in m.held only once someone can observe its
 	// loss asynchronously (Lost, or the Request context's Done): Release
 	// learns of a steal from the table anyway.
-	l.init(m, name, opts.Mode, ref, token)
+	l.init(m, name, opts.Mode, ref, token, fresh)
 	return nil
 }
 

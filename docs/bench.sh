@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Runs the benchmarks behind docs/benchmarks.md and prints, per benchmark,
+# the median of COUNT runs of every reported figure, the ratios and the
+# issue targets (met / not met). Raw output and the summary go to $OUT.
+#
+#   bash docs/bench.sh                 # or: make bench
+#   COUNT=5 OUT=/tmp/b bash docs/bench.sh
+#   SUMMARY_ONLY=1 bash docs/bench.sh  # re-summarise $OUT/*.txt without running
+#
+# Knobs read by the benchmarks: SHMLOCKS_BENCH_WINDOW (multi-process
+# measurement window, default 1s), SHMLOCKS_BENCH_SPIN (SpinLimit of the
+# shmlocks children, a diagnostic; e.g. -1ns: never spin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+COUNT=${COUNT:-3}
+OUT=${OUT:-bench-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+
+if [ -z "${SUMMARY_ONLY:-}" ]; then
+	{
+		echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+		echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty tree)')"
+		echo "go: $($GO version)"
+		echo "kernel: $(uname -sr)"
+		echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs"
+		echo "hypervisor: $(lscpu 2>/dev/null | awk -F: '/Hypervisor vendor/ {gsub(/^ +/, "", $2); print $2}')"
+		echo "count: $COUNT"
+	} >"$OUT/machine.txt"
+	cat "$OUT/machine.txt"
+	$GO test -c -o "$OUT/manager.test" ./manager/
+	cd manager # the test binary runs in its package directory, as go test does
+	T="$OUT/manager.test"
+	# One process: the framework sizes the iterations (default benchtime).
+	"$T" -test.run '^$' -test.bench '^Benchmark(Uncontended|ScaleNames|QueuedOther|DrainSameName|Query10k)$' \
+		-test.benchmem -test.count "$COUNT" -test.timeout 20m | tee "$OUT/inproc.txt"
+	# Several processes: each iteration is one complete measurement.
+	"$T" -test.run '^$' -test.bench '^Benchmark(Handoff|Contention|SharedReaders|LongWait)$' \
+		-test.benchtime 1x -test.count "$COUNT" -test.timeout 20m | tee "$OUT/multiproc.txt"
+	"$T" -test.run '^$' -test.bench '^BenchmarkDeathToGrant$' \
+		-test.benchtime 30x -test.count "$COUNT" -test.timeout 10m | tee "$OUT/death.txt"
+	"$T" -test.run '^TestThreadsStayFewWith5000Waiters$' -test.v -test.count 1 -test.timeout 5m | tee "$OUT/threads.txt"
+	cd ..
+fi
+
+cat "$OUT"/inproc.txt "$OUT"/multiproc.txt "$OUT"/death.txt "$OUT"/threads.txt 2>/dev/null | awk '
+function fmt(v) {
+	if (v == "") return "-"
+	v += 0
+	a = v < 0 ? -v : v
+	if (a >= 100000) return sprintf("%.3g", v)
+	if (a >= 100) return sprintf("%.0f", v)
+	if (a >= 10) return sprintf("%.1f", v)
+	if (a >= 0.01 || a == 0) return sprintf("%.3f", v)
+	return sprintf("%.2g", v)
+}
+# median of the values stored under key k (space separated)
+function med(k,    n, arr, i, j, t) {
+	if (!(k in vals)) return ""
+	n = split(vals[k], arr, " ")
+	for (i = 2; i <= n; i++) { t = arr[i]; for (j = i - 1; j >= 1 && arr[j] + 0 > t + 0; j--) arr[j + 1] = arr[j]; arr[j + 1] = t }
+	if (n % 2) return arr[(n + 1) / 2]
+	return (arr[n / 2] + arr[n / 2 + 1]) / 2
+}
+function m(name, unit) { return med(name SUBSEP unit) }
+function ratio(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "" : a / b }
+function verdict(ok) { return ok ? "met" : "NOT met" }
+function target(what, figure, ok) {
+	if (figure == "") { printf "| %s | (not measured) | - |\n", what; return }
+	printf "| %s | %s | %s |\n", what, figure, verdict(ok)
+}
+/^Benchmark/ {
+	name = $1; sub(/-[0-9]+$/, "", name)
+	fam = name; sub(/\/.*/, "", fam)
+	if (!(name in seen)) { seen[name] = 1; order[++nnames] = name; famof[name] = fam }
+	if (!(fam in famseen)) { famseen[fam] = 1; forder[++nfam] = fam }
+	runs[name]++
+	for (i = 3; i + 1 <= NF; i += 2) {
+		u = $(i + 1)
+		if (!((fam SUBSEP u) in funit)) { funit[fam SUBSEP u] = 1; fu[fam, ++nfu[fam]] = u }
+		vals[name SUBSEP u] = vals[name SUBSEP u] " " $i
+	}
+}
+/OS threads/ { threads = $0; sub(/.*: */, "", threads) }
+END {
+	skipns["BenchmarkHandoff"] = skipns["BenchmarkContention"] = skipns["BenchmarkSharedReaders"] = 1
+	skipns["BenchmarkLongWait"] = skipns["BenchmarkDeathToGrant"] = skipns["BenchmarkDrainSameName"] = 1
+	print "# Medians"
+	for (f = 1; f <= nfam; f++) {
+		fam = forder[f]
+		printf "\n## %s\n\n| benchmark | runs", fam
+		sep = "| --- | ---"
+		for (k = 1; k <= nfu[fam]; k++) {
+			u = fu[fam, k]
+			if (u == "ns/op" && (fam in skipns)) continue
+			printf " | %s", u; sep = sep " | ---"
+		}
+		printf " |\n%s |\n", sep
+		for (i = 1; i <= nnames; i++) {
+			name = order[i]
+			if (famof[name] != fam) continue
+			short = name; sub(/^Benchmark[^\/]*\/?/, "", short); if (short == "") short = fam
+			printf "| %s | %d", short, runs[name]
+			for (k = 1; k <= nfu[fam]; k++) {
+				u = fu[fam, k]
+				if (u == "ns/op" && (fam in skipns)) continue
+				printf " | %s", fmt(m(name, u))
+			}
+			printf " |\n"
+		}
+	}
+
+	U = "BenchmarkUncontended/"
+	ar = m(U "AcquireRelease", "ns/op"); rq = m(U "Request", "ns/op"); cas = m(U "CASFloor", "ns/op")
+	fp = m(U "FlockPair", "ns/op"); ofc = m(U "OpenFlockClose", "ns/op")
+	print "\n# Ratios (of the medians above; ratios of the multi-process benchmarks are medians of per-run ratios)\n"
+	print "| ratio | value |\n| --- | --- |"
+	printf "| Acquire+Release / CAS floor | %s |\n", fmt(ratio(ar, cas))
+	printf "| Request / CAS floor | %s |\n", fmt(ratio(rq, cas))
+	printf "| flock pair / Acquire+Release (speed-up) | %s |\n", fmt(ratio(fp, ar))
+	printf "| flock pair / Request (speed-up) | %s |\n", fmt(ratio(fp, rq))
+	printf "| open+flock+close / Acquire+Release (speed-up) | %s |\n", fmt(ratio(ofc, ar))
+	printf "| open+flock+close / Request (speed-up) | %s |\n", fmt(ratio(ofc, rq))
+	S = "BenchmarkScaleNames/names="
+	s1 = m(S "1", "ns/op"); s1k = m(S "1000", "ns/op"); s100k = m(S "100000", "ns/op")
+	printf "| 1,000 names / 1 name | %s |\n", fmt(ratio(s1k, s1))
+	printf "| 100,000 names / 1 name | %s |\n", fmt(ratio(s100k, s1))
+	Q = "BenchmarkQueuedOther/waiters="
+	printf "| 1,000 waiters on other names / 1 | %s |\n", fmt(ratio(m(Q "1000", "ns/op"), m(Q "1", "ns/op")))
+	D = "BenchmarkDrainSameName/waiters="
+	printf "| drain per grant, 1,000 waiters / 1 | %s |\n", fmt(ratio(m(D "1000", "ns/grant"), m(D "1", "ns/grant")))
+	if (threads != "") printf "| threads with 5,000 waiting goroutines | %s |\n", threads
+
+	print "\n# Targets\n"
+	print "| target | figure | verdict |\n| --- | --- | --- |"
+	r = ratio(ar, cas); target("#5 uncontended Acquire+Release within 6x of the CAS floor", fmt(r) "x", r != "" && r <= 6)
+	r = ratio(rq, cas); target("#5 uncontended Request within 6x of the CAS floor", fmt(r) "x", r != "" && r <= 6)
+	r = ratio(fp, ar); target("#5 Acquire+Release >= 5x faster than a flock pair", fmt(r) "x", r != "" && r >= 5)
+	r = ratio(fp, rq); target("#5 Request >= 5x faster than a flock pair", fmt(r) "x", r != "" && r >= 5)
+	r = ratio(fp, ar); target("#2 Acquire+Release >= 3x faster than a flock pair", fmt(r) "x", r != "" && r >= 3)
+	a = m(U "Request", "allocs/op"); target("#5 Request allocs/op = 0", fmt(a), a != "" && a + 0 == 0)
+	a = m(U "AcquireRelease", "allocs/op"); target("#5 Acquire allocs/op <= 1", fmt(a), a != "" && a + 0 <= 1)
+	split("unpinned pinned", pins, " ")
+	for (p = 1; p <= 2; p++) {
+		H = "BenchmarkHandoff/" pins[p]
+		r = m(H, "shm/futex"); target("#5 handoff within 1.5x of a futex ping-pong (" pins[p] ")", fmt(r) "x (" fmt(m(H, "shm-ns/handoff")) " vs " fmt(m(H, "futex-ns/handoff")) " ns)", r != "" && r <= 1.5)
+		r = m(H, "shm/flock"); target("#2 two-process handoff within 2x of flock (" pins[p] ")", fmt(r) "x (" fmt(m(H, "shm-ns/handoff")) " vs " fmt(m(H, "flock-ns/handoff")) " ns)", r != "" && r <= 2)
+	}
+	split("2 4 8", procs, " ")
+	split("0 1us", css, " ")
+	for (p = 1; p <= 2; p++) for (n = 1; n <= 3; n++) for (c = 1; c <= 2; c++) {
+		C = "BenchmarkContention/procs=" procs[n] "/cs=" css[c] "/" pins[p]
+		r = m(C, "shm/flock"); target("#5 contention ops/s >= flock, " procs[n] " procs, cs=" css[c] ", " pins[p], fmt(r) "x (" fmt(m(C, "shm-ops/s")) " vs " fmt(m(C, "flock-ops/s")) " ops/s)", r != "" && r >= 1)
+		lim = procs[n] == 2 ? 1.2 : 1.5
+		r = m(C, "shm-maxmin"); target("#5 max/min ops per process <= " lim ", " procs[n] " procs, cs=" css[c] ", " pins[p], fmt(r), r != "" && r <= lim)
+	}
+	r = m("BenchmarkLongWait", "cpu%"); target("#5 a 1 s wait costs < 5% of a CPU", fmt(r) "%", r != "" && r < 5)
+	r = ratio(s100k, s1); r2 = ratio(s1k, s1)
+	target("#5 1 / 1,000 / 100,000 names within 1.2x", fmt(s1) " / " fmt(s1k) " / " fmt(s100k) " ns (" fmt(r2) "x, " fmt(r) "x)", r != "" && r <= 1.2 && r2 <= 1.2 && r >= 1 / 1.2 && r2 >= 1 / 1.2)
+	q = m("BenchmarkQuery10k/Query", "ns/op"); d = m("BenchmarkQuery10k/Render", "ns/op"); sn = m("BenchmarkQuery10k/SnapshotReadOnly", "ns/op")
+	printf "| #5 Query / read-only snapshot / dump rendering with 10,000 held locks | %s / %s / %s ms | reported |\n", fmt(q / 1e6), fmt(sn / 1e6), fmt(d / 1e6)
+}' | tee "$OUT/summary.md"
