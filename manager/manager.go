@@ -34,7 +34,12 @@ var (
 	DefaultMaxNameLen   = table.DefaultGeometry.MaxNameLen
 )
 
-const defaultSpin = 50 * time.Microsecond
+const (
+	defaultSpin = 50 * time.Microsecond
+	// yieldEvery: a request that finds its name taken yields its CPU before
+	// queueing if its Manager has not done so for this long.
+	yieldEvery = 50 * time.Microsecond
+)
 
 // Manager is one agent of a lock table: the handle through which a process
 // requests, holds and releases locks. It is safe for concurrent use.
@@ -62,6 +67,7 @@ type Manager struct {
 	lastBell  atomic.Uint32
 	lastStl   atomic.Uint32
 	lastInWay atomic.Int64 // unix ns of the last reapHolders look
+	lastYield atomic.Int64 // unix ns when this Manager last yielded its CPU before queueing
 
 	pool sync.Pool // *Lock for Request
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -101,7 +100,24 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	}
 	var w table.Wakes
 	h := table.Hash(name)
-	ref, out, token, err := m.t.Acquire(m.a, name, h, uint32(opts.Mode), opts.IfAvailable, opts.Steal, &w)
+	ifAvailable := opts.IfAvailable
+	if m.spin > 0 && !ifAvailable && !opts.Steal && time.Now().UnixNano()-m.lastYield.Load() > int64(yieldEvery) {
+		// Yield outside the queue: try without queueing first; if the name
+		// is taken, let the other runnable processes have this CPU before we
+		// join its queue, so that the queue is made of running processes
+		// (a grant then lands on a spinning waiter, not a sleeping one).
+		ifAvailable = true
+	}
+	ref, out, token, err := m.t.Acquire(m.a, name, h, uint32(opts.Mode), ifAvailable, opts.Steal, &w)
+	if out == table.NotAvailable && err == nil && !opts.IfAvailable {
+		m.leave()
+		m.lastYield.Store(time.Now().UnixNano())
+		osYield(1)
+		if !m.enter() {
+			return ErrClosed
+		}
+		ref, out, token, err = m.t.Acquire(m.a, name, h, uint32(opts.Mode), false, opts.Steal, &w)
+	}
 	if out == table.NotAvailable && err == nil && m.reapHolders(name, h) {
 		// A holder in the way was dead: it has been reaped, try once more.
 		ref, out, token, err = m.t.Acquire(m.a, name, h, uint32(opts.Mode), opts.IfAvailable, opts.Steal, &w)
@@ -155,43 +171,36 @@ func (m *Manager) reapHolders(name string, h uint64) bool {
 
 // waiter is a goroutine waiting for its request to be granted.
 type waiter struct {
-	ref table.Ref
-	ch  chan struct{} // buffered(1): "look at your slot again"
+	ref  table.Ref
+	ch   chan struct{} // buffered(1): "look at your slot again"
+	spun atomic.Bool   // spun at the head of the queue already
 }
 
 // wait blocks until ref is granted, ctx ends or the Manager closes.
 //
-// A request first spins on its own slot word for up to the spin limit (the
-// grant usually lands within a critical section or two), yielding the
-// processor between looks; then it parks on a channel. Before parking it
-// raises the agent's parked count and looks once more: a granter sets the
-// slot HELD before it reads the parked count, so either the granter sees the
-// count and rings the doorbell, or the waiter sees the grant (no lost wake-up;
-// all the words are sequentially consistent atomics).
+// A queued request first spins on its own slot word, yielding the processor
+// to the OS between looks (so that a holder sharing this CPU runs). The
+// budget is adaptive: SpinLimit (50 µs) restarts whenever the name's queue
+// moves, so a waiter stays runnable while its turn approaches (a grant then
+// lands on a running process, not a sleeping one), and parks once the lock
+// has been held for SpinLimit without any grant: a long wait costs no CPU.
+// A parked request that becomes the head of its queue is rung one grant
+// ahead of its turn (wakeAhead) and spins again.
+//
+// Before parking, a request raises its agent's parked count and looks at its
+// slot once more: a granter sets the slot HELD before it reads the parked
+// count, so either the granter sees the count and rings the doorbell, or the
+// waiter sees the grant (no lost wake-up; all the words are sequentially
+// consistent atomics).
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
 	done := ctx.Done()
+	w := &waiter{ref: ref, ch: make(chan struct{}, 1)}
 	if m.spin > 0 {
-		deadline := time.Now().Add(m.spin)
-		for i := 0; ; i++ {
-			select {
-			case <-done:
-				return m.abort(ctx, name, ref)
-			default:
-			}
-			st, token, ok := m.t.Status(m.a, ref)
-			if ok && st == table.SlotHeld {
-				return m.granted(ctx, name, ref, token)
-			}
-			if !ok || st != table.SlotWaiting {
-				break
-			}
-			if i&15 == 15 && time.Now().After(deadline) {
-				break
-			}
-			runtime.Gosched()
+		w.spun.Store(m.t.IsHead(m.a, ref))
+		if token, err, over := m.spinHead(ctx, done, name, ref); over {
+			return token, err
 		}
 	}
-	w := &waiter{ref: ref, ch: make(chan struct{}, 1)}
 	m.mu.Lock()
 	m.waiters[ref.Slot] = w
 	m.mu.Unlock()
@@ -215,6 +224,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 			return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
 		}
 		st, token, ok := m.t.Status(m.a, ref)
+		head := ok && st == table.SlotWaiting && m.spin > 0 && !w.spun.Load() && m.t.IsHead(m.a, ref)
 		m.leave()
 		switch {
 		case ok && st == table.SlotHeld:
@@ -230,11 +240,62 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 			atomic.AddUint32(parked, ^uint32(0))
 			return 0, fmt.Errorf("lock %q: request removed from the table (agent reaped?): %w", name, ErrStolen)
 		}
+		if head {
+			// Woken one grant ahead: spin (not counted as parked), then
+			// park again with the usual re-check.
+			w.spun.Store(true)
+			atomic.AddUint32(parked, ^uint32(0))
+			if token, err, over := m.spinHead(ctx, done, name, ref); over {
+				return token, err
+			}
+			atomic.AddUint32(parked, 1)
+			continue
+		}
 		select {
 		case <-w.ch:
 		case <-m.closing:
 		case <-done:
 		}
+	}
+}
+
+// spinHead watches the slot of a queued request for up to the spin limit
+// (restarted by progress on the name). over reports that the wait is over
+// (granted or aborted, with token and err); otherwise the caller parks.
+func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name string, ref table.Ref) (token uint64, err error, over bool) {
+	if !m.enter() {
+		return 0, nil, false // the parking loop reports ErrClosed
+	}
+	defer m.leave() // Close waits at most one spin limit for us
+	deadline := time.Now().Add(m.spin)
+	progress := m.t.Progress(ref)
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			token, err = m.abort(ctx, name, ref)
+			return token, err, true
+		default:
+		}
+		st, token, ok := m.t.Status(m.a, ref)
+		if ok && st == table.SlotHeld {
+			token, err = m.granted(ctx, name, ref, token)
+			return token, err, true
+		}
+		if !ok || st != table.SlotWaiting {
+			return 0, nil, false
+		}
+		if i&7 == 7 {
+			// The budget is adaptive: it restarts whenever the queue moves
+			// (a grant on the name), so a waiter keeps its CPU while its
+			// turn approaches and parks after SpinLimit without progress.
+			now := time.Now()
+			if p := m.t.Progress(ref); p != progress {
+				progress, deadline = p, now.Add(m.spin)
+			} else if now.After(deadline) {
+				return 0, nil, false
+			}
+		}
+		osYield(i)
 	}
 }
 
@@ -282,11 +343,13 @@ func (m *Manager) scan(force bool) {
 	}
 }
 
-// scanWaiters wakes every waiter whose slot is no longer waiting.
+// scanWaiters wakes every waiter whose slot is no longer waiting, and every
+// one that became the head of its queue and has not spun yet.
 func (m *Manager) scanWaiters() {
 	m.mu.Lock()
 	for _, w := range m.waiters {
-		if st, _, ok := m.t.Status(m.a, w.ref); !ok || st != table.SlotWaiting {
+		st, _, ok := m.t.Status(m.a, w.ref)
+		if !ok || st != table.SlotWaiting || (!w.spun.Load() && m.t.IsHead(m.a, w.ref)) {
 			select {
 			case w.ch <- struct{}{}:
 			default:

@@ -599,7 +599,16 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 	atomic.CompareAndSwapUint64(t.u64(t.slotOff(s)+slWord), sw, slotWord(wordSerial(sw), wordAgent(sw), SlotFree))
 	crash("release.freed")
 	t.processQueue(e, w)
+	t.wakeAhead(e, w)
 	t.entryEmptied(e, b)
+}
+
+// wakeAhead rings the agent of the request now first in e's queue, one grant
+// ahead of its turn, so that it is spinning, not asleep, when its grant lands.
+func (t *Table) wakeAhead(e uint32, w *Wakes) {
+	if head := t.ld32(t.entryOff(e) + enQHead); head != 0 && head-1 < uint32(t.l.MaxRequests) {
+		w.add(wordAgent(atomic.LoadUint64(t.u64(t.slotOff(head-1)+slWord))), false)
+	}
 }
 
 // processQueue grants the head of e's queue while it is compatible with the
@@ -663,4 +672,36 @@ func (t *Table) SlotState(a *Agent, s uint32) (state uint8, serial uint32, mine 
 	}
 	sw := atomic.LoadUint64(t.u64(t.slotOff(s) + slWord))
 	return wordState(sw), wordSerial(sw), wordAgent(sw) == a.Idx && wordState(sw) != SlotFree
+}
+
+// IsHead reports, without the latch, whether waiting request r of agent a
+// is first in its queue: the next to be granted. A hint for the waiter
+// (whether to spin), read atomically but not under the latch.
+func (t *Table) IsHead(a *Agent, r Ref) bool {
+	if r.Slot >= uint32(t.l.MaxRequests) {
+		return false
+	}
+	so := t.slotOff(r.Slot)
+	if atomic.LoadUint64(t.u64(so+slWord)) != slotWord(r.Serial, a.Idx, SlotWaiting) {
+		return false
+	}
+	e := atomic.LoadUint32(t.u32(so+slEntry)) - 1
+	if e >= uint32(t.l.MaxResources) {
+		return false
+	}
+	return atomic.LoadUint32(t.u32(t.entryOff(e)+enQHead)) == r.Slot+1
+}
+
+// Progress returns, without the latch, the token counter of the entry that
+// waiting request r is queued on: it moves with every grant on the name. A
+// hint for spinning waiters (is the queue moving?).
+func (t *Table) Progress(r Ref) uint64 {
+	if r.Slot >= uint32(t.l.MaxRequests) {
+		return 0
+	}
+	e := atomic.LoadUint32(t.u32(t.slotOff(r.Slot)+slEntry)) - 1
+	if e >= uint32(t.l.MaxResources) {
+		return 0
+	}
+	return atomic.LoadUint64(t.u64(t.entryOff(e) + enToken))
 }
