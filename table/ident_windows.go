@@ -2,21 +2,7 @@
 
 package table
 
-import (
-	"os"
-
-	"golang.org/x/sys/windows"
-)
-
-// BootID is not known on this system; identity relies on the PID alone.
-func BootID() [16]byte { return [16]byte{} }
-
-func bootHash([16]byte) uint64 { return 1 }
-
-func readSelfIdentity() Identity { return Identity{PID: os.Getpid(), Boot: 1} }
-
-// ProcessStart is not known on this system.
-func ProcessStart(int) uint64 { return 0 }
+import "golang.org/x/sys/windows"
 
 func processAlive(pid int, _ uint64) bool {
 	if pid <= 0 {
