@@ -200,6 +200,7 @@ type lockCtx struct {
 	done   chan struct{}
 	stop   func() bool
 	fire   func()
+	armed  atomic.Bool // Done was called: finish has something to undo
 }
 
 func (c *lockCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
@@ -242,6 +243,7 @@ func (c *lockCtx) doneLocked() chan struct{} {
 	fire := func() { once.Do(func() { close(done) }) }
 	c.fire = fire
 	c.stop = context.AfterFunc(c.parent, fire)
+	c.armed.Store(true)
 	go func() {
 		select {
 		case <-lost:
@@ -254,6 +256,9 @@ func (c *lockCtx) doneLocked() chan struct{} {
 
 // finish detaches the context from its parent when Request returns.
 func (c *lockCtx) finish() {
+	if !c.armed.Load() {
+		return // Done was never called with a cancellable parent: nothing to undo
+	}
 	l := c.l
 	l.mu.Lock()
 	stop, fire := c.stop, c.fire

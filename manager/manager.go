@@ -69,7 +69,8 @@ type Manager struct {
 	lastInWay atomic.Int64 // unix ns of the last reapHolders look
 	lastYield atomic.Int64 // unix ns when this Manager last yielded its CPU before queueing
 
-	pool sync.Pool // *Lock for Request
+	pool  sync.Pool                 // *Lock for Request
+	arena atomic.Pointer[lockArena] // fresh Locks for Acquire
 }
 
 // Open maps the lock table at path, creating it with the geometry in opts

@@ -58,7 +58,7 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 // Acquire is the handle form of Request; the caller must Release.
 // With IfAvailable and the lock not grantable at once: (nil, ErrNotAvailable).
 func (m *Manager) Acquire(ctx context.Context, name string, opts RequestOptions) (*Lock, error) {
-	l := new(Lock)
+	l := m.newLock()
 	if err := m.acquire(ctx, name, opts, l, true); err != nil {
 		return nil, err
 	}
@@ -100,23 +100,24 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	}
 	var w table.Wakes
 	h := table.Hash(name)
-	ifAvailable := opts.IfAvailable
-	if m.spin > 0 && !ifAvailable && !opts.Steal && time.Now().UnixNano()-m.lastYield.Load() > int64(yieldEvery) {
-		// Yield outside the queue: try without queueing first; if the name
-		// is taken, let the other runnable processes have this CPU before we
-		// join its queue, so that the queue is made of running processes
-		// (a grant then lands on a spinning waiter, not a sleeping one).
-		ifAvailable = true
-	}
-	ref, out, token, err := m.t.Acquire(m.a, name, h, uint32(opts.Mode), ifAvailable, opts.Steal, &w)
+	// The first attempt never queues (a waiting request takes a second
+	// one), so the uncontended path reads no clock.
+	ref, out, token, err := m.t.Acquire(m.a, name, h, uint32(opts.Mode), !opts.Steal, opts.Steal, &w)
 	if out == table.NotAvailable && err == nil && !opts.IfAvailable {
-		m.leave()
-		m.lastYield.Store(time.Now().UnixNano())
-		osYield(1)
-		if !m.enter() {
-			return ErrClosed
+		// The name is taken. Yield outside the queue: if this Manager has
+		// not given up its CPU for yieldEvery, let the other runnable
+		// processes have it before we join the queue, so that the queue is
+		// made of running processes (a grant then lands on a spinning
+		// waiter, not a sleeping one).
+		if now := time.Now().UnixNano(); m.spin > 0 && now-m.lastYield.Load() > int64(yieldEvery) {
+			m.leave()
+			m.lastYield.Store(now)
+			osYield(1)
+			if !m.enter() {
+				return ErrClosed
+			}
 		}
-		ref, out, token, err = m.t.Acquire(m.a, name, h, uint32(opts.Mode), false, opts.Steal, &w)
+		ref, out, token, err = m.t.Acquire(m.a, name, h, uint32(opts.Mode), false, false, &w)
 	}
 	if out == table.NotAvailable && err == nil && m.reapHolders(name, h) {
 		// A holder in the way was dead: it has been reaped, try once more.
@@ -388,5 +389,28 @@ func (m *Manager) loseIfGone(slot uint32, l *Lock) {
 		if mine && st == table.SlotStolen {
 			m.t.FreeStolen(m.a, table.Ref{Slot: slot, Serial: serial})
 		}
+	}
+}
+
+// lockArena hands out distinct Locks for Acquire, lockArenaSize per heap
+// allocation. Every Acquire gets a Lock nobody else ever had (a stale
+// handle must never alias a later grant); an arena is garbage once none of
+// its Locks is referenced.
+const lockArenaSize = 64
+
+type lockArena struct {
+	next  atomic.Int32
+	locks [lockArenaSize]Lock
+}
+
+func (m *Manager) newLock() *Lock {
+	for {
+		a := m.arena.Load()
+		if a != nil {
+			if i := a.next.Add(1) - 1; i < lockArenaSize {
+				return &a.locks[i]
+			}
+		}
+		m.arena.CompareAndSwap(a, new(lockArena))
 	}
 }

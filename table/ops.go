@@ -298,7 +298,9 @@ func (t *Table) claimSlot(a *Agent) (uint32, uint32, error) {
 		}
 		serial := wordSerial(sw) + 1
 		if atomic.CompareAndSwapUint64(sp, sw, slotWord(serial, a.Idx, SlotClaimed)) {
-			a.slotHint.Store(s + 1)
+			if i > 0 {
+				a.slotHint.Store(s) // the slot we free next is where we look next
+			}
 			crash("slot.claimed")
 			return s, serial, nil
 		}
