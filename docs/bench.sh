@@ -22,6 +22,7 @@ if [ -z "${SUMMARY_ONLY:-}" ]; then
 	{
 		echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 		echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty tree)')"
+		echo "uncommitted: $(git status --porcelain 2>/dev/null | awk '{print $2}' | grep -v -e '^docs/bench' -e '^manager/bench_' | tr '\n' ' ')"
 		echo "go: $($GO version)"
 		echo "kernel: $(uname -sr)"
 		echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs"
