@@ -26,7 +26,6 @@ const safetyScan = 100 * time.Millisecond
 
 type doorbell struct {
 	conn   *net.UnixConn
-	sendfd int
 	table  uint64
 	mu     sync.Mutex
 	addrs  map[uint64]*bellAddr
@@ -45,12 +44,30 @@ func newDoorbell(table, nonce uint64) (*doorbell, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-	if err != nil {
+	if _, err := senderFD(); err != nil {
 		conn.Close()
-		return nil, os.NewSyscallError("socket", err)
+		return nil, err
 	}
-	return &doorbell{conn: conn, sendfd: fd, table: table, addrs: map[uint64]*bellAddr{}}, nil
+	return &doorbell{conn: conn, table: table, addrs: map[uint64]*bellAddr{}}, nil
+}
+
+// One unbound datagram socket per process sends every doorbell byte. It is
+// never closed, so a ring racing with a Close can never write to a reused
+// descriptor number.
+var sender struct {
+	once sync.Once
+	fd   int
+	err  error
+}
+
+func senderFD() (int, error) {
+	sender.once.Do(func() {
+		sender.fd, sender.err = unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if sender.err != nil {
+			sender.err = os.NewSyscallError("socket", sender.err)
+		}
+	})
+	return sender.fd, sender.err
 }
 
 var one = []byte{1}
@@ -79,7 +96,7 @@ func (d *doorbell) ring(nonce uint64) {
 		d.addrs[nonce] = a
 	}
 	d.mu.Unlock()
-	unix.Syscall6(unix.SYS_SENDTO, uintptr(d.sendfd), uintptr(unsafe.Pointer(&one[0])), 1,
+	unix.Syscall6(unix.SYS_SENDTO, uintptr(sender.fd), uintptr(unsafe.Pointer(&one[0])), 1,
 		unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&a.raw)), uintptr(a.len))
 }
 
@@ -87,8 +104,6 @@ func (d *doorbell) close() {
 	d.closed.Store(true)
 	d.conn.Close()
 }
-
-func (d *doorbell) closeSender() { unix.Close(d.sendfd) }
 
 // bellLoop waits for doorbell bytes and scans on each, and every safetyScan.
 func (m *Manager) bellLoop() {

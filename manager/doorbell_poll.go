@@ -25,7 +25,6 @@ func newDoorbell(table, nonce uint64) (*doorbell, error) { return &doorbell{}, n
 
 func (d *doorbell) ring(nonce uint64) {}
 func (d *doorbell) close()            { d.closed.Store(true) }
-func (d *doorbell) closeSender()      {}
 
 func (m *Manager) bellLoop() {
 	defer m.bg.Done()

@@ -154,18 +154,23 @@ func (l *Lock) Release() error {
 	if word&flagRegistered != 0 {
 		m.held[l.ref.Slot].CompareAndSwap(l, nil)
 	}
-	if !m.enter() {
-		return fmt.Errorf("release %q: %w", l.name, ErrClosed)
+	if m.closed.Load() {
+		return fmt.Errorf("release %q: %w", l.name, ErrClosed) // Close released it
 	}
+	// No in-flight count here (the uncontended path saves two atomic adds):
+	// a Close racing with this Release leaves the mapping valid (see Close)
+	// and frees our slot, so the table finds it no longer ours and does nothing.
 	var w table.Wakes
 	err := m.t.Release(m.a, l.ref, &w)
 	if !w.Empty() {
 		m.t.Deliver(&w, m.ringFn)
 	}
-	m.leave()
 	switch {
 	case err == nil:
 		return nil
+	case m.closed.Load():
+		l.state.Store(word&^stateMask | lockClosed)
+		return fmt.Errorf("release %q: %w", l.name, ErrClosed)
 	case errors.Is(err, table.ErrStolen), errors.Is(err, table.ErrNotHeld):
 		l.state.Store(word&^stateMask | lockStolen)
 		return fmt.Errorf("release %q: %w", l.name, ErrStolen)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,6 +142,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	m.watch = newWatcher(m)
 	m.bg.Add(1)
 	go m.bellLoop()
+	runtime.AddCleanup(m, func(t *table.Table) { t.Close() }, t)
 	return m, nil
 }
 
@@ -210,8 +212,11 @@ func (m *Manager) Close() error {
 			l.markLost(l.state.Load(), lockClosed)
 		}
 	}
-	m.bell.closeSender()
-	if cerr := m.t.Close(); err == nil {
+	// The descriptor is closed now; the mapping stays until the Manager is
+	// garbage (a cleanup registered by Open unmaps it), so that a Release
+	// racing with this Close reads valid memory: it finds its slot freed by
+	// the deregistration and does nothing.
+	if cerr := m.t.CloseFile(); err == nil {
 		err = cerr
 	}
 	return err

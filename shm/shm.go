@@ -278,6 +278,22 @@ func (m *Mapping) File() *os.File { return m.f }
 
 // Close unmaps the memory and closes the file. It is idempotent: calls after
 // the first return nil.
+// CloseFile closes the file now and keeps the mapping, which stays valid
+// (a mapping holds its own reference to the file); Close unmaps it later.
+// For owners that must release the descriptor at once but cannot yet prove
+// that nobody reads the mapping any more.
+func (m *Mapping) CloseFile() error {
+	if m.f == nil {
+		return nil
+	}
+	err := m.f.Close()
+	m.f = nil
+	if err != nil {
+		return fmt.Errorf("shm: %w", err)
+	}
+	return nil
+}
+
 func (m *Mapping) Close() error {
 	var err error
 	if m.mm != nil {

@@ -111,10 +111,12 @@ func (t *Table) unlatch(a *Agent, b uint32) {
 }
 
 // latchOwnerDead decides whether a latch owner can be taken over: an owner
-// index out of range or of a free agent record is garbage; our own index is
-// garbage only when no other operation of ours is in flight (so none can
-// hold a latch); any other owner is dead when its identity no longer names a
-// live process.
+// index out of range is garbage; our own index is garbage only when no other
+// operation of ours is in flight (so none can hold a latch); any other owner
+// is dead when its identity no longer names a live process. An owner whose
+// record is free is not taken over: a Release racing with its Manager's
+// Close may hold a latch for a moment after the record was freed (a latch
+// word that stays so is given up on after LatchGiveUp).
 func (t *Table) latchOwnerDead(a *Agent, owner uint32) bool {
 	if owner >= uint32(t.l.MaxAgents) {
 		return true

@@ -94,6 +94,10 @@ func newTable(m *shm.Mapping, ro bool) (*Table, error) {
 	return t, nil
 }
 
+// CloseFile closes the table's file descriptor and keeps the mapping valid
+// until Close. The Manager uses it so that a racing Release never faults.
+func (t *Table) CloseFile() error { return t.m.CloseFile() }
+
 // Close unmaps the table. Idempotent.
 func (t *Table) Close() error {
 	if t.closed.Swap(true) {
