@@ -261,7 +261,7 @@ func TestCancelRacingGrant(t *testing.T) {
 	for i := 0; i < rounds; i++ {
 		h, err := m.Acquire(context.Background(), "race", RequestOptions{})
 		require.NoError(t, err)
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), eventually) // cancelled below; the deadline only bounds the test
 		ch := acquireAsync(ctx, m, "race", RequestOptions{})
 		waitQueued(t, m, 1)
 		var r result
@@ -329,7 +329,11 @@ func TestRequestStolenCancelsCallback(t *testing.T) {
 			return fnErr
 		})
 	}()
-	<-inside
+	select {
+	case <-inside:
+	case <-ctx.Done():
+		t.Fatal("callback never ran")
+	}
 	st, err := m.Acquire(ctx, "s", RequestOptions{Steal: true})
 	require.NoError(t, err)
 	select {
