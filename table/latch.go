@@ -36,6 +36,10 @@ const (
 // latch is left alone: its owner may be a stopped process that will resume.
 var LatchGiveUp = 10 * time.Second
 
+// selfTakeoverAfter: how long a latch word naming our own agent must stay
+// before it is treated as garbage (see latchOwnerDead).
+func selfTakeoverAfter() time.Duration { return min(5*time.Second, LatchGiveUp/2) }
+
 func (t *Table) latchWord(b uint32) *uint32 { return t.u32(t.bucketOff(b) + bkLatch) }
 
 // latch acquires bucket b's latch for agent a. If the latch was left held by a
@@ -76,7 +80,11 @@ func (t *Table) latchSlow(a *Agent, b uint32, lw *uint32, me uint32, w *Wakes) e
 		}
 		if now.Sub(begin) >= latchCheckAfter && now.Sub(lastCheck) >= sleep/2 {
 			lastCheck = now
-			if t.latchOwnerDead(a, v&latchOwner-1) {
+			owner := v&latchOwner - 1
+			// Our own index is trusted for much longer: a Release of ours
+			// racing with Close (not counted in flight) may hold a latch
+			// and be descheduled; only a word that stays is garbage.
+			if (owner != a.Idx || now.Sub(begin) >= selfTakeoverAfter()) && t.latchOwnerDead(a, owner) {
 				if atomic.CompareAndSwapUint32(lw, v, me|v&latchWaiters) {
 					t.repair(a, b, w)
 					return nil
