@@ -225,12 +225,6 @@ func (r *Region) setSlotState(s int, st uint32) {
 }
 func (r *Region) slotPID(s int) int { return int(atomic.LoadInt64(r.i64(r.slotOff(s) + slPID))) }
 
-// slotDead: the slot's process is gone or about to be (killed, failed).
-func (r *Region) slotDead(s int) bool {
-	st := r.slotState(s)
-	return st == slotKilled || st == slotFailed
-}
-
 func (r *Region) addStat(s, field int, d uint64) { atomic.AddUint64(r.u64(r.slotOff(s)+field), d) }
 func (r *Region) stat(s, field int) uint64       { return atomic.LoadUint64(r.u64(r.slotOff(s) + field)) }
 

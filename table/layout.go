@@ -52,9 +52,9 @@ const (
 	hdrCreated      = 88  // int64, unix nanoseconds
 	hdrChecksum     = 96  // uint32, CRC-32C of bytes [0, 96)
 	hdrBootID       = 128 // [2]uint64, boot id of the kernel that last reset the agents
-	hdrEntryHint    = 144 // uint32, allocation cursor for entries (advisory)
-	hdrSlotHint     = 148 // uint32, allocation cursor for slots (advisory)
-	hdrAgentHint    = 152 // uint32, allocation cursor for agents (advisory)
+	hdrEntryHint    = 144 // uint32, reserved (0): allocation hints live per agent, in process memory
+	hdrSlotHint     = 148 // uint32, reserved (0)
+	hdrAgentHint    = 152 // uint32, reserved (0)
 	hdrReaps        = 168 // uint64, agents reaped (statistics, advisory)
 	hdrRepairs      = 176 // uint64, buckets rebuilt after a dead latch owner (statistics, advisory)
 	hdrSpare        = 184 // uint32, reserved for benchmarks (raw CAS floor)
