@@ -37,9 +37,12 @@ var (
 
 const (
 	defaultSpin = 50 * time.Microsecond
-	// yieldEvery: a request that finds its name taken yields its CPU before
-	// queueing if its Manager has not done so for this long.
-	yieldEvery = 50 * time.Microsecond
+	// yieldEvery: a Manager that has run for this long since it last gave
+	// up its CPU does so before its next request joins a queue (it checks
+	// on every request that finds its name taken, and once every
+	// yieldCheckOps requests otherwise), never while it holds or waits.
+	yieldEvery    = 50 * time.Microsecond
+	yieldCheckOps = 32
 )
 
 // Manager is one agent of a lock table: the handle through which a process
@@ -67,8 +70,12 @@ type Manager struct {
 	bg        sync.WaitGroup
 	lastBell  atomic.Uint32
 	lastStl   atomic.Uint32
-	lastInWay atomic.Int64 // unix ns of the last reapHolders look
-	lastYield atomic.Int64 // unix ns when this Manager last yielded its CPU before queueing
+	lastInWay atomic.Int64  // unix ns of the last reapHolders look
+	born      time.Time     // monotonic clock base of lastYield and cpuAt
+	lastYield atomic.Int64  // ns since born when this Manager last got its CPU back from a yield
+	requests  atomic.Uint32 // requests made: every yieldCheckOps-th one looks at the clock
+	cpuAt     atomic.Int64  // ns since born when oneCPU was last looked up (0: never)
+	oneCPU    atomic.Bool   // this process may run on one CPU only
 
 	pool  sync.Pool                 // *Lock for Request
 	arena atomic.Pointer[lockArena] // fresh Locks for Acquire
@@ -107,6 +114,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		t:        t,
 		path:     path,
 		spin:     spin,
+		born:     time.Now(),
 		closing:  make(chan struct{}),
 		held:     make([]atomic.Pointer[Lock], t.Geometry().MaxRequests),
 		waiters:  map[uint32]*waiter{},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -95,6 +96,13 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	if err := m.validate(ctx, name, opts); err != nil {
 		return err
 	}
+	if m.spin > 0 && m.requests.Add(1)%yieldCheckOps == 0 {
+		// Give up the CPU between an unlock and the next lock, never while
+		// holding or queued, so that the kernel rarely needs to preempt
+		// this process at a worse moment (see wait). One clock read per
+		// yieldCheckOps requests keeps the clock off the fast path.
+		m.yieldIfDue()
+	}
 	if !m.enter() {
 		return ErrClosed
 	}
@@ -104,15 +112,14 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	// one), so the uncontended path reads no clock.
 	ref, out, token, err := m.t.Acquire(m.a, name, h, uint32(opts.Mode), !opts.Steal, opts.Steal, &w)
 	if out == table.NotAvailable && err == nil && !opts.IfAvailable {
-		// The name is taken. Yield outside the queue: if this Manager has
-		// not given up its CPU for yieldEvery, let the other runnable
+		// The name is taken. Yield outside the queue if this Manager has
+		// not given up its CPU for yieldEvery: let the other runnable
 		// processes have it before we join the queue, so that the queue is
 		// made of running processes (a grant then lands on a spinning
-		// waiter, not a sleeping one).
-		if now := time.Now().UnixNano(); m.spin > 0 && now-m.lastYield.Load() > int64(yieldEvery) {
+		// waiter, not on one the kernel has to schedule first).
+		if m.spin > 0 && m.yieldDue() {
 			m.leave()
-			m.lastYield.Store(now)
-			osYield(1)
+			m.yieldIfDue()
 			if !m.enter() {
 				return ErrClosed
 			}
@@ -144,6 +151,39 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	// learns of a steal from the table anyway.
 	l.init(m, name, opts.Mode, ref, token, fresh)
 	return nil
+}
+
+// mono is this Manager's monotonic clock, in ns since Open.
+func (m *Manager) mono() int64 { return int64(time.Since(m.born)) }
+
+// yieldDue reports whether this Manager has kept its CPU for yieldEvery.
+func (m *Manager) yieldDue() bool {
+	return m.mono()-m.lastYield.Load() > int64(yieldEvery)
+}
+
+// yieldIfDue gives the CPU to another runnable process if this Manager has
+// not done so for yieldEvery. The time is recorded when the CPU comes back:
+// what counts is how long we have been running, not how long we waited.
+func (m *Manager) yieldIfDue() {
+	now := m.mono()
+	last := m.lastYield.Load()
+	if now-last <= int64(yieldEvery) || !m.lastYield.CompareAndSwap(last, now) {
+		return // not due, or another goroutine of ours is yielding
+	}
+	cpuYield()
+	m.lastYield.Store(m.mono())
+}
+
+// onOneCPU reports whether this process may run on a single CPU only (then
+// a spinning waiter keeps the holder it waits for off the CPU unless it
+// yields). The affinity is looked up at most every 100 ms.
+func (m *Manager) onOneCPU() bool {
+	now := m.mono()
+	if at := m.cpuAt.Load(); at == 0 || now-at > int64(100*time.Millisecond) {
+		m.oneCPU.Store(cpusAllowed() == 1)
+		m.cpuAt.Store(now | 1)
+	}
+	return m.oneCPU.Load()
 }
 
 // reapHolders reaps the dead agents among name's holders and queue, so that
@@ -179,12 +219,17 @@ type waiter struct {
 
 // wait blocks until ref is granted, ctx ends or the Manager closes.
 //
-// A queued request first spins on its own slot word, yielding the processor
-// to the OS between looks (so that a holder sharing this CPU runs). The
-// budget is adaptive: SpinLimit (50 µs) restarts whenever the name's queue
-// moves, so a waiter stays runnable while its turn approaches (a grant then
-// lands on a running process, not a sleeping one), and parks once the lock
-// has been held for SpinLimit without any grant: a long wait costs no CPU.
+// A queued request first spins on its own slot word. It keeps its CPU
+// while it spins (it yields only to the goroutines of its own process):
+// a waiter that gave its CPU to the kernel would be off it when its turn
+// comes, and every later grant would wait for a process to be scheduled
+// (the collapse of strict FIFO with 8 processes on 2 CPUs). CPUs are
+// handed over outside the queue instead (yieldIfDue). The exception is a
+// process confined to one CPU: there the holder it waits for may need this
+// very CPU, so it yields to the OS between looks. The budget is adaptive:
+// SpinLimit (50 µs) restarts whenever the name's queue moves, so a waiter
+// stays on its CPU while its turn approaches, and parks once the lock has
+// been held for SpinLimit without any grant: a long wait costs no CPU.
 // A parked request that becomes the head of its queue is rung one grant
 // ahead of its turn (wakeAhead) and spins again.
 //
@@ -270,6 +315,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 	defer m.leave() // Close waits at most one spin limit for us
 	deadline := time.Now().Add(m.spin)
 	progress := m.t.Progress(ref)
+	yieldOS := m.onOneCPU()
 	for i := 0; ; i++ {
 		select {
 		case <-done:
@@ -296,7 +342,11 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 				return 0, nil, false
 			}
 		}
-		osYield(i)
+		if yieldOS {
+			osYield(i)
+		} else {
+			runtime.Gosched()
+		}
 	}
 }
 

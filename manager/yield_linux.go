@@ -18,3 +18,15 @@ func osYield(i int) {
 	}
 	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 }
+
+// cpuYield gives the processor to another runnable thread, of any process.
+func cpuYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// cpusAllowed is the number of CPUs this process may run on.
+func cpusAllowed() int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return runtime.NumCPU()
+	}
+	return set.Count()
+}

@@ -6,3 +6,9 @@ import "runtime"
 
 // osYield yields the processor (Go's scheduler only, on this system).
 func osYield(int) { runtime.Gosched() }
+
+// cpuYield yields the processor (Go's scheduler only, on this system).
+func cpuYield() { runtime.Gosched() }
+
+// cpusAllowed is the number of CPUs this process may run on.
+func cpusAllowed() int { return runtime.NumCPU() }

@@ -1,0 +1,54 @@
+//go:build linux
+
+package manager
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// TestYieldPolicyInputs: the two inputs of the waiting policy (docs/design.md
+// §4). A Manager yields at most once per yieldEvery and records the time it
+// got its CPU back; a process confined to one CPU is recognised (waiters
+// then yield to the OS), and one that is not, is not.
+func TestYieldPolicyInputs(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+
+	// Not due (a yield recorded in the future keeps this independent of
+	// how slowly the test runs).
+	m.lastYield.Store(m.mono() + int64(time.Second))
+	before := m.lastYield.Load()
+	m.yieldIfDue()
+	require.Equal(t, before, m.lastYield.Load())
+	require.False(t, m.yieldDue())
+
+	m.lastYield.Store(m.mono() - 2*int64(yieldEvery))
+	require.True(t, m.yieldDue())
+	start := m.mono()
+	m.yieldIfDue()
+	require.GreaterOrEqual(t, m.lastYield.Load(), start, "the time is taken when the CPU comes back")
+
+	// Affinity is per thread on Linux: confine this goroutine's thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var orig unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &orig))
+	defer unix.SchedSetaffinity(0, &orig)
+	var one unix.CPUSet
+	for c := 0; c < 1024; c++ {
+		if orig.IsSet(c) {
+			one.Set(c)
+			break
+		}
+	}
+	require.NoError(t, unix.SchedSetaffinity(0, &one))
+	m.cpuAt.Store(0)
+	require.True(t, m.onOneCPU())
+	require.NoError(t, unix.SchedSetaffinity(0, &orig))
+	m.cpuAt.Store(0)
+	require.Equal(t, orig.Count() == 1, m.onOneCPU())
+}
