@@ -61,7 +61,8 @@ type Manager struct {
 	held []atomic.Pointer[Lock] // our granted locks, by slot
 
 	mu      sync.Mutex
-	waiters map[uint32]*waiter // our pending requests, by slot
+	waiters map[uint32]*waiter   // our parked requests, by slot
+	queues  map[string]*waitList // the same, per name in queue order
 
 	bell      *doorbell
 	watch     *watcher
@@ -118,6 +119,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		closing:  make(chan struct{}),
 		held:     make([]atomic.Pointer[Lock], t.Geometry().MaxRequests),
 		waiters:  map[uint32]*waiter{},
+		queues:   map[string]*waitList{},
 		clientID: ClientIDOf(nonce),
 	}
 	m.pool.New = func() any { return new(Lock) }
@@ -250,7 +252,7 @@ func (m *Manager) reap() error {
 		n, err := m.t.ReapDead(m.a, &w)
 		m.t.Deliver(&w, m.ringFn)
 		if n > 0 {
-			m.scanWaiters() // a dead agent may have granted to us and died before ringing
+			m.scanWaiters(true) // a dead agent may have granted to us and died before ringing
 		}
 		return err
 	})
@@ -271,7 +273,7 @@ func (m *Manager) reapOne(idx uint32) {
 		err := m.t.Reap(m.a, idx, word, &w)
 		m.t.Deliver(&w, m.ringFn)
 		// The dead agent may have granted to us and died before ringing.
-		m.scanWaiters()
+		m.scanWaiters(true)
 		return err
 	})
 }

@@ -213,8 +213,64 @@ func (m *Manager) reapHolders(name string, h uint64) bool {
 // waiter is a goroutine waiting for its request to be granted.
 type waiter struct {
 	ref  table.Ref
+	name string
+	seq  uint32        // the request's place in its name's queue (table.QueueSeq)
 	ch   chan struct{} // buffered(1): "look at your slot again"
 	spun atomic.Bool   // spun at the head of the queue already
+
+	prev, next *waiter // in m.queues[name], in queue order (m.mu)
+}
+
+// waitList is this Manager's parked requests on one name, in queue order. A
+// name's queue grants in order, so after a ring only a prefix of the list
+// can have been granted, and only the first request still waiting can have
+// become the head: the bell loop looks at that prefix, not at every waiter
+// (O(1) per grant while one name's queue drains).
+type waitList struct{ head, tail *waiter }
+
+// addWaiter registers w (m.mu held), keeping its name's list in queue order.
+func (m *Manager) addWaiter(w *waiter) {
+	m.waiters[w.ref.Slot] = w
+	q := m.queues[w.name]
+	if q == nil {
+		q = &waitList{}
+		m.queues[w.name] = q
+	}
+	p := q.tail
+	for p != nil && int32(p.seq-w.seq) > 0 { // wrap-safe: p is behind w
+		p = p.prev
+	}
+	w.prev = p
+	if p == nil {
+		w.next, q.head = q.head, w
+	} else {
+		w.next, p.next = p.next, w
+	}
+	if w.next == nil {
+		q.tail = w
+	} else {
+		w.next.prev = w
+	}
+}
+
+// removeWaiter unregisters w (m.mu held).
+func (m *Manager) removeWaiter(w *waiter) {
+	delete(m.waiters, w.ref.Slot)
+	q := m.queues[w.name]
+	if w.prev == nil {
+		q.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		q.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+	if q.head == nil {
+		delete(m.queues, w.name)
+	}
 }
 
 // wait blocks until ref is granted, ctx ends or the Manager closes.
@@ -240,7 +296,7 @@ type waiter struct {
 // consistent atomics).
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
 	done := ctx.Done()
-	w := &waiter{ref: ref, ch: make(chan struct{}, 1)}
+	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: make(chan struct{}, 1)}
 	if m.spin > 0 {
 		w.spun.Store(m.t.IsHead(m.a, ref))
 		if token, err, over := m.spinHead(ctx, done, name, ref); over {
@@ -248,14 +304,14 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		}
 	}
 	m.mu.Lock()
-	m.waiters[ref.Slot] = w
+	m.addWaiter(w)
 	m.mu.Unlock()
 	parked := m.a.Parked()
 	atomic.AddUint32(parked, 1)
 	m.watch.kick()
 	defer func() {
 		m.mu.Lock()
-		delete(m.waiters, ref.Slot)
+		m.removeWaiter(w)
 		m.mu.Unlock()
 	}()
 	for {
@@ -386,7 +442,7 @@ func (m *Manager) abort(ctx context.Context, name string, ref table.Ref) (uint64
 func (m *Manager) scan(force bool) {
 	bell := atomic.LoadUint32(m.a.Bell())
 	if m.lastBell.Swap(bell) != bell || force {
-		m.scanWaiters()
+		m.scanWaiters(force)
 	}
 	stl := atomic.LoadUint32(m.a.StealSeq())
 	if m.lastStl.Swap(stl) != stl || force {
@@ -395,19 +451,33 @@ func (m *Manager) scan(force bool) {
 }
 
 // scanWaiters wakes every waiter whose slot is no longer waiting, and every
-// one that became the head of its queue and has not spun yet.
-func (m *Manager) scanWaiters() {
+// one that became the head of its queue and has not spun yet. Per name it
+// looks only at the requests up to the first one still waiting (see
+// waitList); with all it looks at every waiter (after a reap, which may
+// remove requests anywhere in a queue, and on the periodic safety scan).
+func (m *Manager) scanWaiters(all bool) {
 	m.mu.Lock()
-	for _, w := range m.waiters {
-		st, _, ok := m.t.Status(m.a, w.ref)
-		if !ok || st != table.SlotWaiting || (!w.spun.Load() && m.t.IsHead(m.a, w.ref)) {
-			select {
-			case w.ch <- struct{}{}:
-			default:
+	for _, q := range m.queues {
+		for w := q.head; w != nil; w = w.next {
+			st, _, ok := m.t.Status(m.a, w.ref)
+			waiting := ok && st == table.SlotWaiting
+			if !waiting || (!w.spun.Load() && m.t.IsHead(m.a, w.ref)) {
+				w.poke()
+			}
+			if waiting && !all {
+				break
 			}
 		}
 	}
 	m.mu.Unlock()
+}
+
+// poke asks w's goroutine to look at its slot again.
+func (w *waiter) poke() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
 }
 
 // scanHeld marks lost every registered lock whose slot is no longer held by

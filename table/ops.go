@@ -676,6 +676,17 @@ func (t *Table) SlotState(a *Agent, s uint32) (state uint8, serial uint32, mine 
 	return wordState(sw), wordSerial(sw), wordAgent(sw) == a.Idx && wordState(sw) != SlotFree
 }
 
+// QueueSeq returns the place of request r in its name's queue: a sequence
+// number taken when it was enqueued (wrapping; only differences between
+// requests waiting on the same name are meaningful). Zero for a request
+// granted without waiting.
+func (t *Table) QueueSeq(r Ref) uint32 {
+	if r.Slot >= uint32(t.l.MaxRequests) {
+		return 0
+	}
+	return atomic.LoadUint32(t.u32(t.slotOff(r.Slot) + slSeq))
+}
+
 // IsHead reports, without the latch, whether waiting request r of agent a
 // is first in its queue: the next to be granted. A hint for the waiter
 // (whether to spin), read atomically but not under the latch.

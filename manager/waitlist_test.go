@@ -1,0 +1,134 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// listOrder returns the sequence numbers of name's wait list, head first,
+// checking the back links on the way.
+func listOrder(t *testing.T, m *Manager, name string) []uint32 {
+	t.Helper()
+	q := m.queues[name]
+	if q == nil {
+		return nil
+	}
+	var out []uint32
+	var prev *waiter
+	for w := q.head; w != nil; w = w.next {
+		require.Same(t, prev, w.prev)
+		out = append(out, w.seq)
+		prev = w
+	}
+	require.Same(t, prev, q.tail)
+	return out
+}
+
+// TestWaitListOrder: the per-name lists the bell loop scans stay in queue
+// order whatever the order of registration, across the 32-bit wrap of the
+// sequence numbers, and disappear when empty.
+func TestWaitListOrder(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	mk := func(slot, seq uint32) *waiter {
+		return &waiter{ref: table.Ref{Slot: slot}, name: "n", seq: seq}
+	}
+	ws := []*waiter{mk(1, 5), mk(2, 3), mk(3, 4), mk(4, 0xffffffff), mk(5, 6), mk(6, 0)}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range ws {
+		m.addWaiter(w)
+	}
+	require.Equal(t, []uint32{0xffffffff, 0, 3, 4, 5, 6}, listOrder(t, m, "n"))
+	m.removeWaiter(ws[2]) // seq 4, middle
+	m.removeWaiter(ws[3]) // seq 0xffffffff, head
+	m.removeWaiter(ws[4]) // seq 6, tail
+	require.Equal(t, []uint32{0, 3, 5}, listOrder(t, m, "n"))
+	require.Len(t, m.waiters, 3)
+	for _, w := range []*waiter{ws[0], ws[1], ws[5]} {
+		m.removeWaiter(w)
+	}
+	require.Empty(t, m.queues)
+	require.Empty(t, m.waiters)
+}
+
+// TestParkedWaitersDrainInOrder: 40 parked goroutines of one Manager queued
+// on one name are granted one after another, in queue order, when another
+// agent releases it (the bell loop looks only at the front of each list).
+// A second name's waiter, queued behind a holder that stays, is not woken.
+func TestParkedWaitersDrainInOrder(t *testing.T) {
+	path := tablePath(t)
+	a := openM(t, path, nil)
+	opts := *smallTable
+	opts.SpinLimit = -1 // park at once
+	b := openM(t, path, &opts)
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+
+	first, err := a.Acquire(ctx, "n", RequestOptions{})
+	require.NoError(t, err)
+	other, err := a.Acquire(ctx, "other", RequestOptions{})
+	require.NoError(t, err)
+	otherCtx, otherCancel := context.WithCancel(ctx)
+	otherDone := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(otherCtx, "other", RequestOptions{})
+		otherDone <- err
+	}()
+
+	const n = 40
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := b.Acquire(ctx, "n", RequestOptions{})
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			check(t, b)
+			if err := l.Release(); err != nil {
+				t.Errorf("waiter %d release: %v", i, err)
+			}
+		}()
+		// Enqueue one at a time, so that queue order is i's order.
+		require.Eventually(t, func() bool {
+			s, err := b.Query(ctx)
+			require.NoError(t, err)
+			return len(s.Pending) == i+2 // + the waiter on "other"
+		}, eventually, time.Millisecond, fmt.Sprintf("waiter %d queued", i))
+	}
+	require.NoError(t, first.Release())
+	wg.Wait()
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i
+	}
+	require.Equal(t, want, order)
+	select {
+	case err := <-otherDone:
+		t.Fatalf("waiter on a held name returned: %v", err)
+	case <-time.After(quietPeriod):
+	}
+	require.NoError(t, other.Release())
+	select {
+	case err := <-otherDone:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("waiter on other not granted")
+	}
+	otherCancel()
+	check(t, a)
+}
