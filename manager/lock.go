@@ -167,6 +167,14 @@ func (l *Lock) Release() error {
 	}
 	switch {
 	case err == nil:
+		if l.token%yieldCheckOps == 0 && m.spin > 0 {
+			// Give up the CPU between an unlock and the next lock, never
+			// while holding or queued, so that the kernel rarely needs to
+			// preempt this process at a worse moment (see Manager.wait).
+			// Once per yieldCheckOps grants of a name (by its fencing
+			// token) keeps the clock off the fast path.
+			m.yieldIfDue()
+		}
 		return nil
 	case m.closed.Load():
 		l.state.Store(word&^stateMask | lockClosed)

@@ -39,8 +39,9 @@ const (
 	defaultSpin = 50 * time.Microsecond
 	// yieldEvery: a Manager that has run for this long since it last gave
 	// up its CPU does so before its next request joins a queue (it checks
-	// on every request that finds its name taken, and once every
-	// yieldCheckOps requests otherwise), never while it holds or waits.
+	// on every request that finds its name taken, and on every release of
+	// a token that is a multiple of yieldCheckOps), never while it holds or
+	// waits.
 	yieldEvery    = 50 * time.Microsecond
 	yieldCheckOps = 32
 )
@@ -71,12 +72,11 @@ type Manager struct {
 	bg        sync.WaitGroup
 	lastBell  atomic.Uint32
 	lastStl   atomic.Uint32
-	lastInWay atomic.Int64  // unix ns of the last reapHolders look
-	born      time.Time     // monotonic clock base of lastYield and cpuAt
-	lastYield atomic.Int64  // ns since born when this Manager last got its CPU back from a yield
-	requests  atomic.Uint32 // requests made: every yieldCheckOps-th one looks at the clock
-	cpuAt     atomic.Int64  // ns since born when oneCPU was last looked up (0: never)
-	oneCPU    atomic.Bool   // this process may run on one CPU only
+	lastInWay atomic.Int64 // unix ns of the last reapHolders look
+	born      time.Time    // monotonic clock base of lastYield and cpuAt
+	lastYield atomic.Int64 // ns since born when this Manager last got its CPU back from a yield
+	cpuAt     atomic.Int64 // ns since born when oneCPU was last looked up (0: never)
+	oneCPU    atomic.Bool  // this process may run on one CPU only
 
 	pool  sync.Pool                 // *Lock for Request
 	arena atomic.Pointer[lockArena] // fresh Locks for Acquire

@@ -96,13 +96,6 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	if err := m.validate(ctx, name, opts); err != nil {
 		return err
 	}
-	if m.spin > 0 && m.requests.Add(1)%yieldCheckOps == 0 {
-		// Give up the CPU between an unlock and the next lock, never while
-		// holding or queued, so that the kernel rarely needs to preempt
-		// this process at a worse moment (see wait). One clock read per
-		// yieldCheckOps requests keeps the clock off the fast path.
-		m.yieldIfDue()
-	}
 	if !m.enter() {
 		return ErrClosed
 	}
