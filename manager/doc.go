@@ -17,8 +17,8 @@
 //	      ▼                           ▼                      ▼
 //	validate ─▶ table.Acquire ─┬─▶ granted ─▶ *Lock ─▶ table.Release ─▶ grants next, rings its agent
 //	(closed,    (one bucket    │
-//	 name,       latch, a few  └─▶ queued ─▶ spin ≤ 50µs on own slot ─▶ park on a channel
-//	 options,    hundred ns)                     ▲                            │
+//	 name,       latch, a few  └─▶ queued ─▶ spin on own slot (50µs ─▶ park on a channel
+//	 options,    hundred ns)   without a grant)  ▲                            │
 //	 ctx)                                        └── bell loop ◀── doorbell ◀─┘ (granter's byte)
 //	                                                   (netpoller)   watcher: pidfds of the other
 //	                                                                 agents → reap the dead

@@ -22,8 +22,9 @@ type OpenOptions struct {
 	MaxNameLen   int         // bytes (default 256)
 	FileMode     os.FileMode // permission bits when created (default 0600)
 
-	// SpinLimit bounds how long a waiter at the head of a queue spins before
-	// parking (default 50µs; negative: never spin).
+	// SpinLimit bounds how long a queued request spins on its slot while
+	// no grant is made on its name, before it parks (default 50µs;
+	// negative: never spin, and never yield the CPU before queueing).
 	SpinLimit time.Duration
 }
 
