@@ -105,7 +105,7 @@ func TestParkedWaitersDrainInOrder(t *testing.T) {
 		}()
 		// Enqueue one at a time, so that queue order is i's order.
 		require.Eventually(t, func() bool {
-			s, err := b.Query(ctx) // an error shows as the wait failing
+			s, err := b.Query(ctx)                     // an error shows as the wait failing
 			return err == nil && len(s.Pending) == i+2 // + the waiter on "other"
 		}, eventually, time.Millisecond, fmt.Sprintf("waiter %d queued", i))
 	}
