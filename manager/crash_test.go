@@ -67,6 +67,13 @@ var crashScenarios = map[string]func(e *crashEnv, point string){
 	"deregister.released": crashWhileClosing,
 	// C dies holding x's latch; V takes it over and dies while rebuilding.
 	"repair.rebuilt": crashWhileRepairing,
+	// x is idle (used before); V dies just after taking it by the fast path.
+	"fast.held": crashWhileFastAcquiring,
+	// V holds idle x by the fast path and dies while giving it back.
+	"fast.released": crashWhileFastReleasing,
+	// H holds x by the fast path; V requests x and dies (latch held) while
+	// moving H's hold to the held list; P waits, H releases, P gets x.
+	"fast.inflating": crashWhileInflating,
 }
 
 func TestCrashPoints(t *testing.T) {
@@ -302,6 +309,57 @@ func crashWhileRepairing(e *crashEnv, point string) {
 	e.died(c)
 	e.died(v) // V reaps C, takes the latch over and dies rebuilding
 	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after two dead latch owners")
+	check(e.t, e.m)
+	require.NoError(e.t, l.Release())
+}
+
+// useOnce makes x's entry idle, so that the next exclusive request on it
+// takes the fast path.
+func (e *crashEnv) useOnce(name string) {
+	l, err := e.m.Acquire(ctxT(e.t, eventually), name, RequestOptions{})
+	require.NoError(e.t, err)
+	require.NoError(e.t, l.Release())
+}
+
+func crashWhileFastAcquiring(e *crashEnv, point string) {
+	e.useOnce("x")
+	v := e.victim(point)
+	v.send("acquire x")
+	e.died(v)
+	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died taking it")
+	check(e.t, e.m)
+	require.NoError(e.t, l.Release())
+}
+
+func crashWhileFastReleasing(e *crashEnv, point string) {
+	e.useOnce("x")
+	v := spawn(e.t, e.path, nil)
+	v.send("acquire x")
+	tv := tokenOf(v.expect("acquired x"))
+	v.send("crash %s", point)
+	v.expect("armed")
+	v.send("release x")
+	e.died(v)
+	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died releasing it")
+	require.Greater(e.t, l.Token(), tv)
+	check(e.t, e.m)
+	require.NoError(e.t, l.Release())
+}
+
+func crashWhileInflating(e *crashEnv, point string) {
+	e.useOnce("x")
+	h := spawn(e.t, e.path, nil)
+	h.send("acquire x")
+	th := tokenOf(h.expect("acquired x"))
+	v := e.victim(point)
+	v.send("acquire x")
+	e.died(v)
+	w := acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{})
+	waitPending(e.t, e.m, "x", 1)
+	h.send("release x")
+	h.expect("released x")
+	l := mustGrant(e.t, w, "P after V died moving H's hold")
+	require.Greater(e.t, l.Token(), th)
 	check(e.t, e.m)
 	require.NoError(e.t, l.Release())
 }

@@ -96,14 +96,42 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	if err := m.validate(ctx, name, opts); err != nil {
 		return err
 	}
-	if !m.enter() {
-		return ErrClosed
-	}
 	var w table.Wakes
 	h := table.Hash(name)
+	// The uncontended path: claim a slot and take an idle name by one CAS,
+	// with no in-flight count. The claim is what Close waits for instead
+	// (ClaimsSettled): a claim made before Close set closed is seen by it,
+	// one made after sees closed here.
+	ref, err := m.t.Claim(m.a, h)
+	if err != nil {
+		return fmt.Errorf("lock %q: %w", name, err)
+	}
+	if m.closed.Load() {
+		m.t.FreeClaimed(m.a, ref)
+		return ErrClosed
+	}
+	if opts.Mode == Exclusive && !opts.Steal {
+		token, out := m.t.AcquireFast(m.a, ref, name, h, &w)
+		if !w.Empty() {
+			m.t.Deliver(&w, m.ringFn)
+		}
+		switch out {
+		case table.Granted:
+			l.init(m, name, opts.Mode, ref, token, fresh)
+			return nil
+		case table.NotAvailable: // took a renamed entry by mistake and gave it back
+			if ref, err = m.t.Claim(m.a, h); err != nil {
+				return fmt.Errorf("lock %q: %w", name, err)
+			}
+		}
+	}
+	if !m.enter() {
+		m.t.FreeClaimed(m.a, ref)
+		return ErrClosed
+	}
 	// The first attempt never queues (a waiting request takes a second
 	// one), so the uncontended path reads no clock.
-	ref, out, token, err := m.t.Acquire(m.a, name, h, uint32(opts.Mode), !opts.Steal, opts.Steal, &w)
+	ref, out, token, err := m.t.AcquireClaimed(m.a, ref, name, h, uint32(opts.Mode), !opts.Steal, opts.Steal, &w)
 	if out == table.NotAvailable && err == nil && !opts.IfAvailable {
 		// The name is taken. Yield outside the queue if this Manager has
 		// not given up its CPU for yieldEvery: let the other runnable
@@ -493,10 +521,10 @@ func (m *Manager) loseIfGone(slot uint32, l *Lock) {
 	if word&stateMask != lockHeld || m.held[slot].Load() != l {
 		return // released, re-granted elsewhere, or never this slot's
 	}
-	st, serial, mine := m.t.SlotState(m.a, slot)
-	if mine && st == table.SlotHeld {
+	if m.t.Holds(m.a, slot) {
 		return
 	}
+	st, serial, mine := m.t.SlotState(m.a, slot)
 	if l.markLost(word, lockStolen) {
 		m.held[slot].CompareAndSwap(l, nil)
 		if mine && st == table.SlotStolen {

@@ -206,7 +206,27 @@ func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) er
 				return corruptf("slot state", sw, "slot %d of agent %d keeps changing", s, idx)
 			}
 			switch wordState(sw) {
-			case SlotClaimed, SlotStolen:
+			case SlotClaimed:
+				if t.fastHolds(s) {
+					// A fast hold: under the latch, move it to the held list
+					// (own), and the next round releases it like any other.
+					e := atomic.LoadUint32(t.u32(t.slotOff(s)+slEntry)) - 1
+					b := atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) - 1
+					if b >= t.l.buckets {
+						return corruptf("entry state", b+1, "entry %d is held by the fast path of slot %d", e, s)
+					}
+					if err := t.latch(a, b, w); err != nil {
+						return err
+					}
+					if atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) == b+1 && atomic.LoadUint64(wp) == word {
+						t.own(e)
+					}
+					t.unlatch(a, b)
+					continue
+				}
+				atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), idx, SlotFree))
+				continue
+			case SlotStolen:
 				atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), idx, SlotFree))
 				continue
 			case SlotWaiting, SlotHeld:

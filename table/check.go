@@ -102,7 +102,7 @@ func (t *Table) check(quiescent bool) error {
 				}
 				names[name] = true
 			}
-			t.checkEntry(c, e, inList)
+			t.checkEntry(c, e, inList, quiescent)
 			if t.entryEmpty(eo) {
 				if idle++; idle > 1 {
 					c.fail("bucket %d: %d idle entries (at most one is kept)", b, idle)
@@ -114,6 +114,9 @@ func (t *Table) check(quiescent bool) error {
 	for e := uint32(0); e < nRes; e++ {
 		st := atomic.LoadUint32(t.u32(t.entryOff(e) + enState))
 		if st == 0 {
+			if fw := atomic.LoadUint64(t.u64(t.entryOff(e) + enFast)); uint32(fw) != fastLatched {
+				c.fail("entry %d: free but its fast word is %#x (free entries are latched)", e, fw)
+			}
 			continue
 		}
 		if st-1 >= t.l.buckets {
@@ -172,13 +175,14 @@ func (t *Table) check(quiescent bool) error {
 	return fmt.Errorf("%w: %d invariant violations:\n%w", ErrCorrupt, len(c.errs), errors.Join(c.errs...))
 }
 
-func (t *Table) checkEntry(c *checker, e uint32, inList []bool) {
+func (t *Table) checkEntry(c *checker, e uint32, inList []bool, quiescent bool) {
 	nReq := uint32(t.l.MaxRequests)
 	eo := t.entryOff(e)
 	nHeld := atomic.LoadUint32(t.u32(eo + enNHeld))
 	hMode := atomic.LoadUint32(t.u32(eo + enHMode))
 	token := atomic.LoadUint64(t.u64(eo + enToken))
 	qHead := atomic.LoadUint32(t.u32(eo + enQHead))
+	t.checkFast(c, e, quiescent)
 	// Held list.
 	var prev, count uint32
 	tokens := map[uint64]bool{}
@@ -269,5 +273,59 @@ func (t *Table) checkEntry(c *checker, e uint32, inList []bool) {
 	}
 	if n := atomic.LoadUint32(t.u32(eo + enNWait)); n != count {
 		c.fail("entry %d: queue has %d slots, nWait %d", e, count, n)
+	}
+}
+
+// checkFast verifies entry e's fast word (fast.go). With every latch held,
+// only the fast path changes it, and only between idle and held: the lists
+// and the latched/fast distinction are stable, a fast holder's slot is not
+// (it may be releasing), so that is checked only in a quiescent table.
+func (t *Table) checkFast(c *checker, e uint32, quiescent bool) {
+	eo := t.entryOff(e)
+	fw := atomic.LoadUint64(t.u64(eo + enFast))
+	st, ctr := uint32(fw), uint32(fw>>32)
+	if st == fastLatched {
+		return
+	}
+	if st&fastInfl != 0 {
+		c.fail("entry %d: fast word %#x is being moved to the held list with no latch owner", e, fw)
+		return
+	}
+	s, held := fastHolder(st)
+	if st != fastIdle && !held {
+		c.fail("entry %d: invalid fast word %#x", e, fw)
+		return
+	}
+	if !t.listsEmpty(eo) || atomic.LoadUint32(t.u32(eo+enNWait)) != 0 {
+		c.fail("entry %d: fast word %#x but its lists are not empty (nHeld %d, qHead %d)", e, fw,
+			atomic.LoadUint32(t.u32(eo+enNHeld)), atomic.LoadUint32(t.u32(eo+enQHead)))
+	}
+	token := atomic.LoadUint64(t.u64(eo + enToken))
+	if ctr < uint32(token) {
+		c.fail("entry %d: fast counter %d below the low word of its token %d", e, ctr, token)
+	}
+	if !held {
+		return
+	}
+	if s >= uint32(t.l.MaxRequests) {
+		c.fail("entry %d: fast holder slot %d out of range", e, s)
+		return
+	}
+	if !quiescent {
+		return
+	}
+	so := t.slotOff(s)
+	sw := atomic.LoadUint64(t.u64(so + slWord))
+	if wordState(sw) != SlotClaimed {
+		c.fail("entry %d: fast holder slot %d has state %d, want CLAIMED", e, s, wordState(sw))
+	}
+	if se := atomic.LoadUint32(t.u32(so + slEntry)); se != e+1 {
+		c.fail("entry %d: fast holder slot %d points at entry %d", e, s, int64(se)-1)
+	}
+	if m := atomic.LoadUint32(t.u32(so + slMode)); m != ModeExclusive {
+		c.fail("entry %d: fast holder slot %d has mode %d", e, s, m)
+	}
+	if want := token&^lo32 | uint64(ctr); atomic.LoadUint64(t.u64(so+slToken)) != want {
+		c.fail("entry %d: fast holder slot %d token %d, counter says %d", e, s, atomic.LoadUint64(t.u64(so+slToken)), want)
 	}
 }

@@ -28,6 +28,9 @@ var CrashPoints = []string{
 	"agent.alive",         // agent record ALIVE, doorbell not yet listening
 	"deregister.released", // closing: every slot freed, agent record not yet freed
 	"repair.rebuilt",      // repairing a bucket: lists rebuilt, queue not yet re-processed
+	"fast.held",           // entry taken by the fast path's CAS, its name not yet checked again
+	"fast.released",       // fast hold given back by CAS, its slot not yet freed
+	"fast.inflating",      // a fast hold marked for the held list, not yet linked (latch held)
 }
 
 var crashHook atomic.Pointer[func(point string)]

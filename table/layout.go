@@ -15,7 +15,7 @@ import (
 // sync/atomic works on them also under GOARCH=386 (the mapping is page aligned).
 const (
 	Magic         = "SHMLOCK1"
-	FormatVersion = 1
+	FormatVersion = 2
 
 	HeaderSize = 256 // bytes; region 0
 	BucketSize = 16  // bytes per bucket
@@ -81,7 +81,7 @@ const (
 	enHash    = 40 // uint64: hash of the name
 	enNameLen = 48 // uint32
 	enNWait   = 52 // uint32: number of waiting slots
-	enCreated = 56 // int64: reserved (zero)
+	enFast    = 56 // uint64: counter<<32 | fast state (see fast.go): idle, held by one slot, or latched (0)
 	enName    = 64 // [MaxNameLen]byte
 )
 

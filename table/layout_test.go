@@ -36,7 +36,7 @@ func TestLayoutOffsets(t *testing.T) {
 		{"enQTail", enQTail, 4, entryFixed}, {"enHHead", enHHead, 4, entryFixed}, {"enNHeld", enNHeld, 4, entryFixed},
 		{"enHMode", enHMode, 4, entryFixed}, {"enSeq", enSeq, 4, entryFixed}, {"enToken", enToken, 8, entryFixed},
 		{"enHash", enHash, 8, entryFixed}, {"enNameLen", enNameLen, 4, entryFixed}, {"enNWait", enNWait, 4, entryFixed},
-		{"enCreated", enCreated, 8, entryFixed},
+		{"enFast", enFast, 8, entryFixed},
 		{"slWord", slWord, 8, SlotSize}, {"slEntry", slEntry, 4, SlotSize}, {"slMode", slMode, 4, SlotSize},
 		{"slPrev", slPrev, 4, SlotSize}, {"slNext", slNext, 4, SlotSize}, {"slSeq", slSeq, 4, SlotSize},
 		{"slFlags", slFlags, 4, SlotSize}, {"slToken", slToken, 8, SlotSize}, {"slEnqueue", slEnqueue, 8, SlotSize},

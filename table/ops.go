@@ -107,11 +107,68 @@ const (
 // once, ahead of the queue. With ifAvailable, the request is granted only if
 // it is grantable at once; otherwise nothing is left behind.
 func (t *Table) Acquire(a *Agent, name string, h uint64, mode uint32, ifAvailable, steal bool, w *Wakes) (Ref, Outcome, uint64, error) {
-	s, serial, err := t.claimSlot(a)
+	ref, err := t.Claim(a, h)
 	if err != nil {
 		return Ref{}, NotAvailable, 0, err
 	}
-	b := t.BucketOf(h)
+	if mode == ModeExclusive && !steal {
+		token, out := t.AcquireFast(a, ref, name, h, w)
+		switch out {
+		case Granted:
+			return ref, Granted, token, nil
+		case NotAvailable: // the slot was given back with what it took by mistake
+			if ref, err = t.Claim(a, h); err != nil {
+				return Ref{}, NotAvailable, 0, err
+			}
+		}
+	}
+	return t.AcquireClaimed(a, ref, name, h, mode, ifAvailable, steal, w)
+}
+
+// Claim claims a free request slot for agent a, for a request on a name of
+// hash h (no latch: one CAS). The slot is then the caller's: it passes it
+// to AcquireFast or AcquireClaimed, or gives it back with FreeClaimed.
+func (t *Table) Claim(a *Agent, h uint64) (Ref, error) {
+	s, serial, err := t.claimSlot(a)
+	if err != nil {
+		return Ref{}, err
+	}
+	return Ref{Slot: s, Serial: serial, Bucket: t.BucketOf(h)}, nil
+}
+
+// FreeClaimed gives back a slot from Claim that was not used.
+func (t *Table) FreeClaimed(a *Agent, r Ref) {
+	if r.Slot < uint32(t.l.MaxRequests) {
+		t.freeClaimed(r.Slot, r.Serial, a.Idx)
+	}
+}
+
+// AcquireFast tries to grant claimed slot r an exclusive hold on name by the
+// fast path (fast.go). Granted: r holds it, with the token. Queued: the fast
+// path does not apply now; r is still claimed (pass it to AcquireClaimed).
+// NotAvailable: r took a renamed entry by mistake and was freed with it;
+// claim another slot.
+func (t *Table) AcquireFast(a *Agent, r Ref, name string, h uint64, w *Wakes) (uint64, Outcome) {
+	if faultBreakExclusion.Load() || r.Slot >= uint32(t.l.MaxRequests) {
+		return 0, Queued
+	}
+	token, st := t.fastAcquire(a, r.Slot, r.Serial, r.Bucket, name, h, w)
+	switch st {
+	case fastGranted:
+		return token, Granted
+	case fastUndone:
+		return 0, NotAvailable
+	}
+	return 0, Queued
+}
+
+// AcquireClaimed requests name for claimed slot r under the bucket latch
+// (see Acquire). The slot is freed unless the outcome is Granted or Queued.
+func (t *Table) AcquireClaimed(a *Agent, r Ref, name string, h uint64, mode uint32, ifAvailable, steal bool, w *Wakes) (Ref, Outcome, uint64, error) {
+	s, serial, b := r.Slot, r.Serial, t.BucketOf(h)
+	if s >= uint32(t.l.MaxRequests) {
+		return Ref{}, NotAvailable, 0, ErrNotHeld
+	}
 	ref := Ref{Slot: s, Serial: serial, Bucket: b}
 	if err := t.latch(a, b, w); err != nil {
 		t.freeClaimed(s, serial, a.Idx)
@@ -126,6 +183,7 @@ func (t *Table) Acquire(a *Agent, name string, h uint64, mode uint32, ifAvailabl
 		t.freeClaimed(s, serial, a.Idx)
 		return Ref{}, NotAvailable, 0, err
 	}
+	t.own(e)
 	so := t.slotOff(s)
 	t.st32(so+slEntry, e+1)
 	t.st32(so+slMode, mode)
@@ -191,6 +249,12 @@ func (t *Table) Release(a *Agent, r Ref, w *Wakes) error {
 		return ErrNotHeld
 	}
 	switch wordState(sw) {
+	case SlotClaimed:
+		// Granted by the fast path: one CAS gives it back, unless a latch
+		// holder moved it into the held list meanwhile.
+		if t.fastRelease(r.Slot, sw) {
+			return nil
+		}
 	case SlotStolen:
 		if atomic.CompareAndSwapUint64(sp, sw, slotWord(r.Serial, a.Idx, SlotFree)) {
 			return ErrStolen
@@ -204,6 +268,15 @@ func (t *Table) Release(a *Agent, r Ref, w *Wakes) error {
 		return err
 	}
 	sw = atomic.LoadUint64(sp)
+	if sw == slotWord(r.Serial, a.Idx, SlotClaimed) {
+		// Still a fast hold (only a latch holder moves it, and we hold the latch).
+		ok := t.fastRelease(r.Slot, sw)
+		t.unlatch(a, r.Bucket)
+		if !ok {
+			return ErrNotHeld
+		}
+		return nil
+	}
 	if sw != slotWord(r.Serial, a.Idx, SlotHeld) {
 		t.unlatch(a, r.Bucket)
 		if sw == slotWord(r.Serial, a.Idx, SlotStolen) && atomic.CompareAndSwapUint64(sp, sw, slotWord(r.Serial, a.Idx, SlotFree)) {
@@ -351,8 +424,18 @@ func (t *Table) findEntry(b uint32, name string, h uint64) (uint32, error) {
 // taken without waiting. So a name no longer used never keeps an entry from
 // a name that needs one: a million distinct names never fill the table.
 
-// entryEmpty: nothing holds or waits on the entry at offset eo.
+// entryEmpty: nothing holds or waits on the entry at offset eo (in its
+// lists or by the fast path).
 func (t *Table) entryEmpty(eo uint64) bool {
+	if !t.listsEmpty(eo) {
+		return false
+	}
+	_, held := fastHolder(uint32(atomic.LoadUint64(t.u64(eo + enFast))))
+	return !held
+}
+
+// listsEmpty: the entry's held list and queue are empty.
+func (t *Table) listsEmpty(eo uint64) bool {
 	return t.ld32(eo+enNHeld) == 0 && t.ld32(eo+enQHead) == 0
 }
 
@@ -369,7 +452,7 @@ func (t *Table) allocEntry(a *Agent, b uint32, name string, h uint64) (uint32, e
 	for steps := 0; next != 0 && next-1 < uint32(t.l.MaxResources) && steps < t.l.MaxResources; steps++ {
 		e := next - 1
 		eo := t.entryOff(e)
-		if t.entryEmpty(eo) {
+		if t.latchIdle(eo) {
 			t.foldToken(eo, bo)
 			t.nameEntry(eo, bo, name, h)
 			return e, nil
@@ -438,7 +521,7 @@ func (t *Table) reclaim(a *Agent, e, ob uint32) bool {
 		return false
 	}
 	eo := t.entryOff(e)
-	ok := atomic.LoadUint32(t.u32(eo+enState)) == ob+1 && t.entryEmpty(eo)
+	ok := atomic.LoadUint32(t.u32(eo+enState)) == ob+1 && t.latchIdle(eo)
 	if ok {
 		t.freeEntry(e, ob)
 	}
@@ -450,21 +533,23 @@ func (t *Table) reclaim(a *Agent, e, ob uint32) bool {
 // stays as the bucket's idle entry, and any other idle entry of the bucket is freed.
 func (t *Table) entryEmptied(e, b uint32) {
 	eo := t.entryOff(e)
-	if !t.entryEmpty(eo) {
+	if !t.listsEmpty(eo) {
 		return
 	}
 	next := atomic.LoadUint32(t.u32(t.bucketOff(b) + bkHead))
 	for steps := 0; next != 0 && next-1 < uint32(t.l.MaxResources) && steps < t.l.MaxResources; steps++ {
 		x := next - 1
 		next = t.ld32(t.entryOff(x) + enNext)
-		if x != e && t.entryEmpty(t.entryOff(x)) {
+		if x != e && t.latchIdle(t.entryOff(x)) {
 			t.freeEntry(x, b)
 		}
 	}
+	t.arm(eo)
 }
 
-// freeEntry frees entry e of bucket b (nothing holds or waits on it): fold its
-// token into the bucket's high-water mark, unlink it, free it.
+// freeEntry frees entry e of bucket b (nothing holds or waits on it, and it
+// is latched: see latchIdle): fold its token into the bucket's high-water
+// mark, unlink it, free it.
 func (t *Table) freeEntry(e, b uint32) {
 	eo := t.entryOff(e)
 	bo := t.bucketOff(b)

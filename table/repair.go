@@ -13,7 +13,8 @@ func nowNano() int64 { return time.Now().UnixNano() }
 //
 // The truth is the state words: an entry belongs to bucket b when its state
 // is b+1; a request belongs to entry e when its slot is WAITING or HELD and
-// its entry field is e+1. Everything else (the chain, queue and held links,
+// its entry field is e+1, or when the entry's fast word names it (first
+// turned into a HELD slot, see ownEntry). Everything else (the chain, queue and held links,
 // holder and waiter counts) is a cache that repair recomputes: waiting slots
 // are re-queued in order of their sequence numbers, held slots relinked, the
 // token counter raised to the highest token handed out, and then every queue
@@ -27,6 +28,12 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 		if atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) == b+1 {
 			live = append(live, e)
 		}
+	}
+	// Take every entry back from the fast path first: a fast holder (or one
+	// the dead owner was moving to the held list) becomes a HELD slot that
+	// the rebuild below links like the others.
+	for _, e := range live {
+		t.ownEntry(e, false)
 	}
 	type member struct {
 		slot uint32
@@ -110,7 +117,7 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 	crash("repair.rebuilt")
 	for _, e := range live {
 		t.processQueue(e, w)
-		if t.entryEmpty(t.entryOff(e)) {
+		if t.latchIdle(t.entryOff(e)) {
 			t.freeEntry(e, b) // the dead owner may have been renaming it
 		}
 	}

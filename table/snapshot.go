@@ -70,6 +70,23 @@ func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]L
 			n = 0
 		}
 		name := string(t.buf[eo+enName : eo+enName+uint64(n)])
+		if fw := atomic.LoadUint64(t.u64(eo + enFast)); fw != fastLatched {
+			// Held by the fast path (its lists are empty).
+			if s, ok := fastHolder(uint32(fw)); ok && s < nReq {
+				so := t.slotOff(s)
+				li := LockInfo{
+					Name:  name,
+					Mode:  ModeExclusive,
+					Agent: wordAgent(atomic.LoadUint64(t.u64(so + slWord))),
+					Slot:  s,
+					Token: atomic.LoadUint64(t.u64(eo+enToken))&^lo32 | fw>>32,
+				}
+				t.agentOf(&li)
+				held = append(held, li)
+			}
+			next = atomic.LoadUint32(t.u32(eo + enNext))
+			continue
+		}
 		for _, list := range [2]uint64{enHHead, enQHead} {
 			s := atomic.LoadUint32(t.u32(eo + list))
 			for steps := uint32(0); s != 0; steps++ {
@@ -88,11 +105,7 @@ func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]L
 					Slot:  s - 1,
 					Steal: atomic.LoadUint32(t.u32(so+slFlags))&flagSteal != 0,
 				}
-				if li.Agent < uint32(t.l.MaxAgents) {
-					ao := t.agentOff(li.Agent)
-					li.PID = agentWordPID(atomic.LoadUint64(t.u64(ao + agWord)))
-					li.Nonce = atomic.LoadUint64(t.u64(ao + agNonce))
-				}
+				t.agentOf(&li)
 				if list == enHHead {
 					li.Token = atomic.LoadUint64(t.u64(so + slToken))
 					li.Since = int64(atomic.LoadUint64(t.u64(so + slGrant)))
@@ -107,6 +120,15 @@ func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]L
 		next = atomic.LoadUint32(t.u32(eo + enNext))
 	}
 	return held, pending, nil
+}
+
+// agentOf fills in the PID and nonce of li's agent.
+func (t *Table) agentOf(li *LockInfo) {
+	if li.Agent < uint32(t.l.MaxAgents) {
+		ao := t.agentOff(li.Agent)
+		li.PID = agentWordPID(atomic.LoadUint64(t.u64(ao + agWord)))
+		li.Nonce = atomic.LoadUint64(t.u64(ao + agNonce))
+	}
 }
 
 // Usage counts what is in use against the limits.
@@ -130,6 +152,9 @@ func (t *Table) Usage() Usage {
 			u.Idle++
 		} else {
 			u.Entries++
+		}
+		if _, ok := fastHolder(uint32(atomic.LoadUint64(t.u64(eo + enFast)))); ok {
+			u.Held++ // its slot is CLAIMED
 		}
 	}
 	for s := uint32(0); s < uint32(t.l.MaxRequests); s++ {
@@ -165,6 +190,11 @@ func (t *Table) AgentsInWay(a *Agent, name string, h uint64) []uint32 {
 	e, err := t.findEntry(b, name, h)
 	if err == nil && e != noEntry {
 		eo := t.entryOff(e)
+		if s, ok := fastHolder(uint32(atomic.LoadUint64(t.u64(eo + enFast)))); ok && s < uint32(t.l.MaxRequests) {
+			if ag := wordAgent(atomic.LoadUint64(t.u64(t.slotOff(s) + slWord))); ag != a.Idx {
+				out = append(out, ag)
+			}
+		}
 		for _, list := range [2]uint64{enHHead, enQHead} {
 			s := atomic.LoadUint32(t.u32(eo + list))
 			for steps := 0; s != 0 && s-1 < uint32(t.l.MaxRequests) && steps < t.l.MaxRequests && len(out) < 8; steps++ {

@@ -78,7 +78,7 @@ func TestDumpLive(t *testing.T) {
 	out := r.stdout
 	pid := strconv.Itoa(os.Getpid())
 	require.Contains(t, out, "table     "+path)
-	require.Contains(t, out, "SHMLOCK1 version 1")
+	require.Contains(t, out, "SHMLOCK1 version 2")
 	require.Contains(t, out, "(this boot)")
 	require.Contains(t, out, "agents: 2")
 	require.Regexp(t, `"jobs"\s+held\s+exclusive\s+\d+\s+`+pid+`\s+`+holder.ClientID(), out)
