@@ -16,10 +16,12 @@
 //	      │                           │                      │
 //	      ▼                           ▼                      ▼
 //	validate ─▶ table.Acquire ─┬─▶ granted ─▶ *Lock ─▶ table.Release ─▶ grants next, rings its agent
-//	(closed,    (one bucket    │
-//	 name,       latch, a few  └─▶ queued ─▶ spin on own slot (50µs ─▶ park on a channel
-//	 options,    hundred ns)   without a grant)  ▲                            │
-//	 ctx)                                        └── bell loop ◀── doorbell ◀─┘ (granter's byte)
+//	(closed,    (idle name:    │
+//	 name,       one CAS, no   └─▶ queued ─▶ spin on own slot (50µs ─▶ park on a channel
+//	 options,    latch; else   without a grant)  ▲                            │
+//	 ctx)        the bucket                      │                            │
+//	             latch)                          │                            │
+//	                                             └── bell loop ◀── doorbell ◀─┘ (granter's byte)
 //	                                                   (netpoller)   watcher: pidfds of the other
 //	                                                                 agents → reap the dead
 //

@@ -20,6 +20,10 @@ import (
 //     and its head is not grantable (it would have been granted);
 //   - every WAITING or HELD slot is in exactly one list; every used slot
 //     belongs to an agent record that is in use; state values are valid;
+//   - every free entry is latched; a live entry's fast word is latched, idle
+//     or held, with empty lists and a counter ≥ its token's low word when
+//     not latched; a fast holder's slot is CLAIMED, points at the entry and
+//     carries the counter's token (checked when quiescent);
 //   - with a == nil (the caller guarantees nothing runs): every latch is free.
 //
 // With a non-nil agent, Check takes every bucket latch (in index order) for a

@@ -69,7 +69,7 @@
 //	40     8    hash     latch holder               latch holder       no     Hash(name)
 //	48     4    nameLen  latch holder               latch holder       no     ≤ MaxNameLen
 //	52     4    nWait    latch holder               latch holder       no     = length of queue
-//	56     8    reserved                                                       0
+//	56     8    fast     fast path CAS, latch holder everyone          yes    counter<<32 | state: 0 latched, idle, held by slot s (s+1); see fast.go
 //	64     …    name     latch holder               latch holder       no     nameLen bytes
 //
 // # Request slot (stride 64)
@@ -113,6 +113,10 @@
 //
 // WAITING and HELD slots change only under their bucket's latch; CLAIMED and
 // STOLEN slots are in no list and only their owner (or its reaper) frees
-// them. The slot words are the truth: entry lists, counts and chains are a
-// cache that repair rebuilds from them.
+// them. A CLAIMED slot may hold a lock without the latch: an exclusive
+// request on an idle name is granted by one CAS on the entry's fast word,
+// which then names the slot (fast.go; a latch holder that needs the lists
+// first moves such a hold into the held list). The slot words and fast words
+// are the truth: entry lists, counts and chains are a cache that repair
+// rebuilds from them.
 package table

@@ -195,10 +195,12 @@ func (t *Table) ownEntry(e uint32, link bool) {
 }
 
 // inflate finishes moving the fast holder named by fast word v (state
-// fastInfl|s+1, the entry's token already folded) into e's held list (with
-// link false: only marks its slot HELD).
+// fastInfl|s+1) into e's held list (with link false: only marks its slot
+// HELD). The counter in v is the holder's: it does not move while the word
+// says inflating.
 func (t *Table) inflate(e uint32, v uint64, link bool) {
 	eo := t.entryOff(e)
+	t.foldCounter(eo, uint32(v>>32)) // again: a dead owner may have stopped anywhere
 	s, _ := fastHolder(uint32(v))
 	if s < uint32(t.l.MaxRequests) && (!link || t.listsEmpty(eo)) {
 		so := t.slotOff(s)

@@ -121,8 +121,9 @@ func TestModelFewEntries(t *testing.T) {
 	}
 }
 
-// TestModelCountersNearWrap seeds every slot serial, queue sequence number and
-// doorbell counter just below 2^32 (hard case 9) and runs the model through the wrap.
+// TestModelCountersNearWrap seeds every slot serial, queue sequence number,
+// doorbell counter and token counter just below 2^32 (hard case 9) and runs
+// the model through the wrap.
 func TestModelCountersNearWrap(t *testing.T) {
 	for _, seed := range []uint64{11, 12, 13} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 2000, true, smallGeometry) })
@@ -145,6 +146,12 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 		}
 		for e := uint32(0); e < uint32(tb.l.MaxResources); e++ {
 			*tb.u32(tb.entryOff(e) + enSeq) = 0xFFFFFFF0 + e%5
+		}
+		// Token counters start just below 2^32 too, so that the fast
+		// path's 32-bit counter reaches its end and the latched path
+		// carries into the high word.
+		for b := uint32(0); b < tb.l.buckets; b++ {
+			*tb.u64(tb.bucketOff(b) + bkMaxToken) = 0xFFFFFFF0 + uint64(b%11)
 		}
 		for a := uint32(0); a < uint32(tb.l.MaxAgents); a++ {
 			*tb.u32(tb.agentOff(a) + agBell) = 0xFFFFFFF8
