@@ -224,3 +224,38 @@ func TestFastInflatingRepaired(t *testing.T) {
 	require.NoError(t, f.release(a, r2))
 	require.NoError(t, f.tb.Check(nil))
 }
+
+// A fast release empties its entry without the latch, so a bucket can keep
+// more than one idle entry; they stay reusable (a new name in the bucket
+// renames one) and the checker accepts them.
+func TestFastIdleEntriesShareBucket(t *testing.T) {
+	f := newFastEnv(t)
+	a := f.agent(101)
+	var names []string
+	bk := f.tb.BucketOf(Hash("n0"))
+	for i := 0; len(names) < 3; i++ {
+		n := "n" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if f.tb.BucketOf(Hash(n)) == bk {
+			names = append(names, n)
+		}
+	}
+	x, y, z := names[0], names[1], names[2]
+	rx, _, _ := f.acquire(a, x, ModeExclusive, false)
+	ry, _, _ := f.acquire(a, y, ModeExclusive, false)
+	require.NoError(t, f.release(a, rx))
+	rx, _, _ = f.acquire(a, x, ModeExclusive, false)
+	require.Equal(t, uint8(SlotClaimed), f.slotState(rx), "x by the fast path")
+	require.NoError(t, f.release(a, ry)) // cannot free x's entry: it is held
+	require.NoError(t, f.release(a, rx)) // fast: leaves a second idle entry
+	require.Equal(t, uint32(fastIdle), uint32(f.fastWordOf(a, x)))
+	require.Equal(t, uint32(fastIdle), uint32(f.fastWordOf(a, y)))
+	require.NoError(t, f.tb.Check(nil))
+	require.Equal(t, 2, f.tb.Usage().Idle)
+	// A new name in the bucket reuses an idle entry.
+	rz, out, _ := f.acquire(a, z, ModeExclusive, false)
+	require.Equal(t, Granted, out)
+	require.Equal(t, 1, f.tb.Usage().Idle)
+	require.Equal(t, 1, f.tb.Usage().Entries)
+	require.NoError(t, f.release(a, rz))
+	require.NoError(t, f.tb.Check(nil))
+}

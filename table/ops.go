@@ -418,7 +418,8 @@ func (t *Table) findEntry(b uint32, name string, h uint64) (uint32, error) {
 // Entries of names nobody holds or waits for. When a name's last holder and
 // waiter leave, its entry stays in its bucket's chain, idle, so that the next
 // request on the name finds it (no allocation); each bucket keeps at most one
-// idle entry (emptying a second one frees the first). A request for a new
+// idle entry (emptying a second one under the latch frees the first; a fast
+// release, without the latch, may leave a second one). A request for a new
 // name reuses its bucket's idle entry under another name, else claims a free
 // entry, else reclaims another bucket's idle entry under that bucket's latch
 // taken without waiting. So a name no longer used never keeps an entry from
