@@ -237,6 +237,9 @@ func parseHeader(b []byte) (layout, error) {
 	}
 	ne := binary.NativeEndian
 	if v := ne.Uint32(b[hdrVersion:]); v != FormatVersion {
+		if v < FormatVersion {
+			return l, corruptf("version", v, "this build reads version %d; the file was made by an older shmlocks: once no process of that build uses it, remove it and it is recreated", FormatVersion)
+		}
 		return l, corruptf("version", v, "this build reads version %d", FormatVersion)
 	}
 	if sum, want := ne.Uint32(b[hdrChecksum:]), headerChecksum(b); sum != want {
