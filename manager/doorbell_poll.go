@@ -5,6 +5,8 @@ package manager
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/shmlocks/shmlocks/table"
 )
 
 // Without Linux abstract sockets (or with the shmlocks_poll build tag) the
@@ -36,17 +38,25 @@ func (m *Manager) bellLoop() {
 		if !m.enter() {
 			return
 		}
-		bell, steal := atomic.LoadUint32(m.a.Bell()), atomic.LoadUint32(m.a.StealSeq())
-		full := time.Since(lastFull) >= safetyScan
-		if bell != lastBell || steal != lastSteal || full {
-			lastBell, lastSteal = bell, steal
-			m.scan(full)
-			if full {
-				lastFull = time.Now()
+		// Guarded: a table file truncated under us must not SIGBUS the
+		// process from this background loop (TestTruncatedUnderUs).
+		err := table.Guard(func() error {
+			bell, steal := atomic.LoadUint32(m.a.Bell()), atomic.LoadUint32(m.a.StealSeq())
+			full := time.Since(lastFull) >= safetyScan
+			if bell != lastBell || steal != lastSteal || full {
+				lastBell, lastSteal = bell, steal
+				m.scan(full)
+				if full {
+					lastFull = time.Now()
+				}
+				sleep = pollMin
+			} else if sleep < pollMax {
+				sleep *= 2
 			}
-			sleep = pollMin
-		} else if sleep < pollMax {
-			sleep *= 2
+			return nil
+		})
+		if err != nil {
+			sleep = pollMax
 		}
 		m.leave()
 	}
