@@ -64,6 +64,18 @@ func (f *fastEnv) fastWordOf(a *Agent, name string) uint64 {
 	return atomic.LoadUint64(f.tb.u64(f.tb.entryOff(e) + enFast))
 }
 
+// fastHold uses name once (so that its entry is idle) and then takes it by
+// the fast path: the slot stays CLAIMED.
+func (f *fastEnv) fastHold(a *Agent, name string) (Ref, uint64) {
+	f.t.Helper()
+	r, _, _ := f.acquire(a, name, ModeExclusive, false)
+	require.NoError(f.t, f.release(a, r))
+	r, out, tok := f.acquire(a, name, ModeExclusive, false)
+	require.Equal(f.t, Granted, out)
+	require.Equal(f.t, uint8(SlotClaimed), f.slotState(r), "granted by the fast path")
+	return r, tok
+}
+
 func (f *fastEnv) slotState(r Ref) uint8 {
 	return wordState(atomic.LoadUint64(f.tb.u64(f.tb.slotOff(r.Slot) + slWord)))
 }
@@ -144,10 +156,7 @@ func TestFastTokensCarry(t *testing.T) {
 func TestFastHoldStolen(t *testing.T) {
 	f := newFastEnv(t)
 	a, b := f.agent(101), f.agent(102)
-	r, _, _ := f.acquire(a, "x", ModeExclusive, false)
-	require.NoError(t, f.release(a, r))
-	r, _, tokA := f.acquire(a, "x", ModeExclusive, false)
-	require.Equal(t, uint8(SlotClaimed), f.slotState(r))
+	r, tokA := f.fastHold(a, "x")
 
 	rb, out, tokB := f.acquire(b, "x", ModeExclusive, true)
 	require.Equal(t, Granted, out)
@@ -162,10 +171,7 @@ func TestFastHoldStolen(t *testing.T) {
 func TestFastHoldReaped(t *testing.T) {
 	f := newFastEnv(t)
 	a, b := f.agent(101), f.agent(102)
-	r, _, _ := f.acquire(a, "x", ModeExclusive, false)
-	require.NoError(t, f.release(a, r))
-	r, _, tokA := f.acquire(a, "x", ModeExclusive, false)
-	require.Equal(t, uint8(SlotClaimed), f.slotState(r))
+	_, tokA := f.fastHold(a, "x")
 
 	// B waits; A dies; reaping A releases its fast hold and grants B.
 	rb, out, _ := f.acquire(b, "x", ModeExclusive, false)
@@ -200,9 +206,7 @@ func TestFastHoldReaped(t *testing.T) {
 func TestFastInflatingRepaired(t *testing.T) {
 	f := newFastEnv(t)
 	a, dead := f.agent(101), f.agent(102)
-	r, _, _ := f.acquire(a, "x", ModeExclusive, false)
-	require.NoError(t, f.release(a, r))
-	r, _, tokA := f.acquire(a, "x", ModeExclusive, false)
+	r, tokA := f.fastHold(a, "x")
 
 	// Agent 102 latches the bucket, marks the fast word inflating, and dies.
 	bk := f.tb.BucketOf(Hash("x"))
