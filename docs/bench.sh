@@ -37,7 +37,7 @@ if [ -z "${SUMMARY_ONLY:-}" ]; then
 	"$T" -test.run '^$' -test.bench '^Benchmark(Uncontended|ScaleNames|QueuedOther|DrainSameName|Query10k)$' \
 		-test.benchmem -test.count "$COUNT" -test.timeout 20m | tee "$OUT/inproc.txt"
 	# Several processes: each iteration is one complete measurement.
-	"$T" -test.run '^$' -test.bench '^Benchmark(Handoff|Contention|SharedReaders|LongWait)$' \
+	"$T" -test.run '^$' -test.bench '^Benchmark(Handoff|Contention|SharedReaders|LongWait|YieldShare)$' \
 		-test.benchtime 1x -test.count "$COUNT" -test.timeout 20m | tee "$OUT/multiproc.txt"
 	"$T" -test.run '^$' -test.bench '^BenchmarkDeathToGrant$' \
 		-test.benchtime 30x -test.count "$COUNT" -test.timeout 10m | tee "$OUT/death.txt"
@@ -86,7 +86,7 @@ function target(what, figure, ok) {
 /OS threads/ { threads = $0; sub(/.*: */, "", threads) }
 END {
 	skipns["BenchmarkHandoff"] = skipns["BenchmarkContention"] = skipns["BenchmarkSharedReaders"] = 1
-	skipns["BenchmarkLongWait"] = skipns["BenchmarkDeathToGrant"] = skipns["BenchmarkDrainSameName"] = 1
+	skipns["BenchmarkLongWait"] = skipns["BenchmarkDeathToGrant"] = skipns["BenchmarkDrainSameName"] = skipns["BenchmarkYieldShare"] = 1
 	print "# Medians"
 	for (f = 1; f <= nfam; f++) {
 		fam = forder[f]
@@ -131,6 +131,7 @@ END {
 	printf "| 1,000 waiters on other names / 1 | %s |\n", fmt(ratio(m(Q "1000", "ns/op"), m(Q "1", "ns/op")))
 	D = "BenchmarkDrainSameName/waiters="
 	printf "| drain per grant, 1,000 waiters / 1 | %s |\n", fmt(ratio(m(D "1000", "ns/grant"), m(D "1", "ns/grant")))
+	printf "| work units of a busy child / a child that yields after each, on one CPU | %s |\n", fmt(m("BenchmarkYieldShare", "busy/yielder"))
 	if (threads != "") printf "| threads with 5,000 waiting goroutines | %s |\n", threads
 
 	print "\n# Targets\n"

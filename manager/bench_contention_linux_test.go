@@ -4,7 +4,14 @@ package manager
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // BenchmarkContention: 2, 4 and 8 child processes loop greedily on one
@@ -38,6 +45,8 @@ func BenchmarkContention(b *testing.B) {
 					b.ReportMetric(shm.opsPerSec()/fl.opsPerSec(), "shm/flock")
 					b.ReportMetric(shm.maxMin(), "shm-maxmin")
 					b.ReportMetric(fl.maxMin(), "flock-maxmin")
+					b.ReportMetric(shm.cpuMaxMin(), "shm-cpu-maxmin")
+					b.ReportMetric(shm.opsPerCPUMaxMin(), "shm-opspercpu-maxmin")
 					b.ReportMetric(shm.repeatPct(), "shm-repeat%")
 					b.ReportMetric(fl.repeatPct(), "flock-repeat%")
 					b.ReportMetric(shm.calib, "calib-2v1")
@@ -67,4 +76,37 @@ func BenchmarkSharedReaders(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkYieldShare measures what sched_yield costs the process that calls
+// it, on this kernel: two children bound to one CPU for 1 s, both doing 1 µs
+// work units, one calling sched_yield after each unit. Reported: the units
+// of the busy child per unit of the yielding one (about 1 when a yield is
+// free, as under CFS; far above 1 when a yield forfeits the rest of the
+// time slice, as under EEVDF). This is why a waiter confined to one CPU
+// yields once and then parks (spinStep).
+func BenchmarkYieldShare(b *testing.B) {
+	cpu := firstCPU()
+	var ratio float64
+	for i := 0; i < b.N; i++ {
+		dir := b.TempDir()
+		ctlPath := filepath.Join(dir, "ctl")
+		require.NoError(b, os.WriteFile(ctlPath, make([]byte, ctlSize), 0o600))
+		busy := startBenchChild(b, "loop", ctlPath, benchArgs{Kind: "none", Limit: time.Minute}, cpu)
+		yielder := startBenchChild(b, "loop", ctlPath, benchArgs{Kind: "none", Index: 1, Limit: time.Minute}, cpu)
+		busy.send("share0")
+		yielder.send("share1")
+		units := func(c benchChildInfo) float64 {
+			v, err := strconv.ParseFloat(strings.Fields(c.expect("share"))[1], 64)
+			require.NoError(b, err)
+			return v
+		}
+		nb, ny := units(busy), units(yielder)
+		busy.stdin.Close()
+		yielder.stdin.Close()
+		busy.wait()
+		yielder.wait()
+		ratio = nb / max(ny, 1)
+	}
+	b.ReportMetric(ratio, "busy/yielder")
 }

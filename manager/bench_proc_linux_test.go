@@ -196,6 +196,19 @@ func benchChild(role string) int {
 			}
 			fmt.Printf("done %d\n", ops)
 			return 0
+		case "share0", "share1":
+			// 1 s of 1 µs work units, with a sched_yield after each unit
+			// (share1) or none (share0): BenchmarkYieldShare.
+			perUS := int(spinItersPerMicro())
+			yield := strings.TrimSpace(in.Text()) == "share1"
+			var units uint64
+			for end := time.Now().Add(time.Second); time.Now().Before(end); units++ {
+				spinWork(perUS)
+				if yield {
+					schedYield()
+				}
+			}
+			fmt.Printf("share %d\n", units)
 		case "wait":
 			wall, cpu, err := benchLongWait(a, m)
 			if err != nil {
@@ -465,8 +478,9 @@ type loopResult struct {
 	changes  uint64
 	repeats  uint64
 	viol     uint64
-	calib    float64 // time of the loop in 2 processes at once / alone (0: not measured)
-	maxprocs int     // GOMAXPROCS and CPUs of the children (from child 0)
+	calib    float64         // time of the loop in 2 processes at once / alone (0: not measured)
+	cpu      []time.Duration // per process: CPU time in the window (all threads, /proc schedstat)
+	maxprocs int             // GOMAXPROCS and CPUs of the children (from child 0)
 	cpus     int
 }
 
@@ -490,6 +504,65 @@ func (r loopResult) maxMin() float64 {
 		return float64(hi)
 	}
 	return float64(hi) / float64(lo)
+}
+
+// cpuMaxMin is the ratio of the most to the least CPU time one process got
+// in the window: how evenly the kernel shared the CPUs, apart from the lock.
+func (r loopResult) cpuMaxMin() float64 {
+	if len(r.cpu) == 0 {
+		return 0
+	}
+	lo, hi := r.cpu[0], r.cpu[0]
+	for _, v := range r.cpu {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	if lo <= 0 {
+		return 0
+	}
+	return float64(hi) / float64(lo)
+}
+
+// opsPerCPUMaxMin is the ratio of the most to the least operations per CPU
+// second of one process: unequal ops with equal rates means the kernel, not
+// the lock, favoured a process.
+func (r loopResult) opsPerCPUMaxMin() float64 {
+	lo, hi := -1.0, 0.0
+	for i, c := range r.cpu {
+		if c <= 0 {
+			return 0
+		}
+		v := float64(r.ops[i]) / c.Seconds()
+		if lo < 0 || v < lo {
+			lo = v
+		}
+		hi = max(hi, v)
+	}
+	if lo <= 0 {
+		return 0
+	}
+	return hi / lo
+}
+
+// procCPU is the CPU time process pid has used, summed over its threads
+// (first field of /proc/<pid>/task/*/schedstat, in ns); 0 if unknown.
+func procCPU(pid int) time.Duration {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				sum += time.Duration(v)
+			}
+		}
+	}
+	return sum
 }
 
 // repeatPct is the share of grants that went to the process that held last.
@@ -566,10 +639,19 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 			atomic.LoadUint64(ctlWord64(ctl, ctlChanges)), atomic.LoadUint64(ctlWord64(ctl, ctlRepeats)),
 			atomic.LoadUint64(ctlWord64(ctl, ctlViol))
 	}
+	cpuNow := func() []time.Duration {
+		c := make([]time.Duration, len(kids))
+		for i, k := range kids {
+			c[i] = procCPU(k.pid)
+		}
+		return c
+	}
 	time.Sleep(cfg.warmup)
+	cpu0 := cpuNow()
 	t0, ops0, ch0, rep0, _ := read()
 	time.Sleep(cfg.window)
 	t1, ops1, ch1, rep1, viol := read()
+	cpu1 := cpuNow()
 	atomic.StoreUint32(ctlWord32(ctl, ctlStop), 1)
 	for _, k := range kids {
 		k.expect("done")
@@ -581,6 +663,9 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 		res.total += res.ops[i]
 	}
 	res.changes, res.repeats, res.viol = ch1-ch0, rep1-rep0, viol
+	for i := range cpu1 {
+		res.cpu = append(res.cpu, cpu1[i]-cpu0[i])
+	}
 	if viol != 0 {
 		b.Errorf("%s: %d mutual-exclusion violations", cfg.kind, viol)
 	}
