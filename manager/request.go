@@ -303,7 +303,7 @@ func (m *Manager) removeWaiter(w *waiter) {
 // (the collapse of strict FIFO with 8 processes on 2 CPUs). CPUs are
 // handed over outside the queue instead (yieldIfDue). The exception is a
 // process confined to one CPU: there the holder it waits for may need this
-// very CPU, so it yields to the OS between looks. The budget is adaptive:
+// very CPU, so it yields to the OS once and then parks (spinStep). The budget is adaptive:
 // SpinLimit (50 µs) restarts whenever the name's queue moves, so a waiter
 // stays on its CPU while its turn approaches, and parks once the lock has
 // been held for SpinLimit without any grant: a long wait costs no CPU.
@@ -419,12 +419,44 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 				return 0, nil, false
 			}
 		}
-		if yieldOS {
-			osYield(i)
-		} else {
+		switch spinStep(i, yieldOS) {
+		case spinPark:
+			return 0, nil, false
+		case spinOSYield:
+			cpuYield()
+		default:
 			runtime.Gosched()
 		}
 	}
+}
+
+// spinAction is what a spinning waiter does between two looks at its slot.
+type spinAction int
+
+const (
+	spinGosched spinAction = iota // yield to this process's goroutines only
+	spinOSYield                   // give the CPU to any runnable thread
+	spinPark                      // stop spinning: park until rung
+)
+
+// spinStep is the waiting policy's step i. A waiter that may use several
+// CPUs keeps its CPU (Gosched only) until its budget runs out. A waiter
+// confined to one CPU spins only to let the holder, which needs that very
+// CPU, run once: it yields to the OS once and then parks. More yields do not
+// help it and cost it its share of the CPU: on this kernel (EEVDF, Linux
+// 6.18) a sched_yield forfeits the rest of the yielder's time slice, so a
+// process that yields ten times per wait runs far less than one that sleeps
+// (docs/benchmarks.md, "Waiters confined to one CPU").
+func spinStep(i int, oneCPU bool) spinAction {
+	switch {
+	case !oneCPU:
+		return spinGosched
+	case i == 0:
+		return spinGosched // our own goroutines first: the holder may be one
+	case i == 1:
+		return spinOSYield
+	}
+	return spinPark
 }
 
 // granted accepts an observed grant unless ctx ended meanwhile: a grant

@@ -52,3 +52,23 @@ func TestYieldPolicyInputs(t *testing.T) {
 	m.cpuAt.Store(0)
 	require.Equal(t, orig.Count() == 1, m.onOneCPU())
 }
+
+// TestSpinStep: the waiting policy's steps (docs/design.md §4). A waiter
+// that may use several CPUs never gives its CPU to the OS and never stops by
+// itself (its budget does that); one confined to one CPU lets its own
+// goroutines run, yields to the OS exactly once, and then parks.
+func TestSpinStep(t *testing.T) {
+	for i := 0; i < 1000; i++ {
+		require.Equal(t, spinGosched, spinStep(i, false), "step %d on several CPUs", i)
+	}
+	var steps []spinAction
+	for i := 0; ; i++ {
+		a := spinStep(i, true)
+		steps = append(steps, a)
+		if a == spinPark {
+			break
+		}
+		require.Less(t, i, 100, "a one-CPU waiter never parks")
+	}
+	require.Equal(t, []spinAction{spinGosched, spinOSYield, spinPark}, steps)
+}

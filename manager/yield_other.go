@@ -4,9 +4,6 @@ package manager
 
 import "runtime"
 
-// osYield yields the processor (Go's scheduler only, on this system).
-func osYield(int) { runtime.Gosched() }
-
 // cpuYield yields the processor (Go's scheduler only, on this system).
 func cpuYield() { runtime.Gosched() }
 
