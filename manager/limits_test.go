@@ -443,6 +443,80 @@ func TestScanNeverLosesRecycledLocks(t *testing.T) {
 	check(t, m)
 }
 
+// Request recycles its Lock objects and releases an unregistered one without
+// a CAS on its state word; a pooled Lock may have been registered with the
+// bell loop in an earlier incarnation (its callback asked for Lost or the
+// context's Done), or released by its callback. Mixed, with the bell loop
+// scanning concurrently, no Request may fail and the table stays consistent.
+func TestRequestReusesLocksAcrossRegistration(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	ctx := ctxT(t, eventually)
+	stop := make(chan struct{})
+	var scans sync.WaitGroup
+	scans.Add(1)
+	go func() {
+		defer scans.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if m.enter() {
+				m.scan(true)
+				m.leave()
+			}
+		}
+	}()
+	n := 3000
+	if raceEnabled {
+		n = 600
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 3; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				kind := (i + g) % 3
+				err := m.Request(ctx, fmt.Sprint("reuse", g%2), RequestOptions{}, func(fctx context.Context, l *Lock) error {
+					switch kind {
+					case 1: // registers l with the bell loop
+						select {
+						case <-l.Lost():
+							return errors.New("lost while held")
+						case <-fctx.Done():
+							return errors.New("callback context done while held")
+						default:
+						}
+					case 2: // releases l itself
+						if err := l.Release(); err != nil {
+							return err
+						}
+						if err := l.Release(); !errors.Is(err, ErrReleased) {
+							return fmt.Errorf("second Release: %v", err)
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Errorf("Request %d (kind %d): %v", i, kind, err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(stop)
+	scans.Wait()
+	check(t, m)
+	for _, name := range []string{"reuse0", "reuse1"} {
+		l, err := m.Acquire(ctx, name, RequestOptions{IfAvailable: true})
+		require.NoError(t, err, "%s is left free", name)
+		require.NoError(t, l.Release())
+	}
+}
+
 // Lost and the Request context's Done, first called after the lock was
 // already stolen, return closed channels (and do not deadlock).
 func TestLostAfterTheFact(t *testing.T) {

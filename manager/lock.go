@@ -37,6 +37,7 @@ type Lock struct {
 	ref   table.Ref
 	token uint64
 	state atomic.Uint64 // incarnation<<stateBits | flagRegistered? | lock state
+	shown atomic.Bool   // some incarnation was registered: the bell loop may still read state
 
 	mu   sync.Mutex
 	lost chan struct{} // created lazily by Lost or the Request context
@@ -56,7 +57,16 @@ func (l *Lock) init(m *Manager, name string, mode Mode, ref table.Ref, token uin
 		return
 	}
 	l.lost = nil
-	l.state.Store((l.state.Load()>>stateBits+1)<<stateBits | lockHeld)
+	word := l.state.Load()
+	next := (word>>stateBits+1)<<stateBits | lockHeld
+	if !l.shown.Load() {
+		// No incarnation of l was ever registered, so the bell loop and
+		// Close never had a pointer to it: nobody else reads this word now
+		// (a Lock from Request is not used after its callback returned).
+		*(*uint64)(unsafe.Pointer(&l.state)) = next
+		return
+	}
+	l.state.Store(next)
 }
 
 func (l *Lock) st() uint64 { return l.state.Load() & stateMask }
@@ -109,6 +119,9 @@ func (l *Lock) watch() {
 		return
 	}
 	defer m.leave()
+	if !l.shown.Load() {
+		l.shown.Store(true) // before the bell loop can see l
+	}
 	if !l.state.CompareAndSwap(word, word|flagRegistered) {
 		return
 	}
@@ -146,11 +159,28 @@ func (l *Lock) Release() error {
 	if l == nil || l.m == nil {
 		return fmt.Errorf("%w: nil lock", ErrReleased)
 	}
-	m := l.m
 	word := l.state.Load()
 	if word&stateMask != lockHeld || !l.state.CompareAndSwap(word, word&^stateMask|lockReleased) {
 		return l.notHeldErr()
 	}
+	return l.release(word)
+}
+
+// releaseOwn is Release by Request once its callback has returned: if l was
+// never registered (nothing but this goroutine can reach it any more), the
+// state word needs no CAS; it is left as it is, and a failed release sets it.
+func (l *Lock) releaseOwn() error {
+	word := l.state.Load()
+	if word&(stateMask|flagRegistered) != lockHeld {
+		return l.Release()
+	}
+	return l.release(word)
+}
+
+// release gives up the table's grant of l, whose state word was word (held)
+// and is now l's alone to set.
+func (l *Lock) release(word uint64) error {
+	m := l.m
 	if word&flagRegistered != 0 {
 		m.held[l.ref.Slot].CompareAndSwap(l, nil)
 	}

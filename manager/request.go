@@ -41,7 +41,7 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	*l.ctx = lockCtx{l: l, parent: ctx}
 	ferr := fn(l.ctx, l)
 	l.ctx.finish()
-	rerr := l.Release()
+	rerr := l.releaseOwn()
 	if rerr == nil {
 		m.pool.Put(l)
 		return ferr
