@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shmlocks/shmlocks/table"
 )
 
 // The doorbell of an agent is a Linux abstract-namespace datagram socket
@@ -121,7 +123,13 @@ func (m *Manager) bellLoop() {
 		if !m.enter() {
 			return
 		}
-		m.scan(err != nil)
+		// Guarded: a table file truncated under us must not SIGBUS the
+		// process from this background loop (TestTruncatedUnderUs).
+		table.Guard(func() error {
+			m.scan(err != nil)
+			return nil
+		})
+		m.loops.Add(1)
 		m.leave()
 	}
 }

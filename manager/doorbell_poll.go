@@ -58,6 +58,7 @@ func (m *Manager) bellLoop() {
 		if err != nil {
 			sleep = pollMax
 		}
+		m.loops.Add(1)
 		m.leave()
 	}
 }

@@ -137,4 +137,9 @@ func TestTruncatedUnderUs(t *testing.T) {
 	require.ErrorIs(t, m.Check(), ErrCorrupt)
 	_, err = Open(path, nil)
 	require.ErrorIs(t, err, ErrCorrupt)
+	// The bell loop keeps reading the mapping in the background (its safety
+	// scan, every 100 ms): two more rounds of it must not fault the process.
+	done := m.loops.Load()
+	require.Eventually(t, func() bool { return m.loops.Load() >= done+2 }, eventually, time.Millisecond,
+		"the bell loop stopped after the truncation")
 }

@@ -72,6 +72,7 @@ type Manager struct {
 	stopOnce  sync.Once
 	bg        sync.WaitGroup
 	lastBell  atomic.Uint32
+	loops     atomic.Uint64 // bell-loop rounds done (tests wait for one after a change)
 	lastStl   atomic.Uint32
 	lastInWay atomic.Int64 // unix ns of the last reapHolders look
 	born      time.Time    // monotonic clock base of lastYield and cpuAt

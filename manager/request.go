@@ -510,6 +510,7 @@ func (m *Manager) scan(force bool) {
 // remove requests anywhere in a queue, and on the periodic safety scan).
 func (m *Manager) scanWaiters(all bool) {
 	m.mu.Lock()
+	defer m.mu.Unlock() // also when a read of a truncated file faults (Guard)
 	for _, q := range m.queues {
 		for w := q.head; w != nil; w = w.next {
 			st, _, ok := m.t.Status(m.a, w.ref)
@@ -522,7 +523,6 @@ func (m *Manager) scanWaiters(all bool) {
 			}
 		}
 	}
-	m.mu.Unlock()
 }
 
 // poke asks w's goroutine to look at its slot again.
