@@ -396,20 +396,17 @@ func TestClientIDUnique(t *testing.T) {
 	}
 }
 
-// The bell loop's scan runs concurrently with Request recycling its Lock
-// objects; it must never mark a live grant lost (a regression: a stale Lock
-// pointer once made an uncontended Release report ErrStolen).
-func TestScanNeverLosesRecycledLocks(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
-	ctx := ctxT(t, eventually)
-	stop := make(chan struct{})
+// scanWithoutPause runs the bell loop's full scan back to back on another
+// goroutine until the returned function is called (it waits for the scan).
+func scanWithoutPause(m *Manager) (stop func()) {
+	done := make(chan struct{})
 	var scans sync.WaitGroup
 	scans.Add(1)
 	go func() {
 		defer scans.Done()
 		for {
 			select {
-			case <-stop:
+			case <-done:
 				return
 			default:
 			}
@@ -419,6 +416,19 @@ func TestScanNeverLosesRecycledLocks(t *testing.T) {
 			}
 		}
 	}()
+	return func() {
+		close(done)
+		scans.Wait()
+	}
+}
+
+// The bell loop's scan runs concurrently with Request recycling its Lock
+// objects; it must never mark a live grant lost (a regression: a stale Lock
+// pointer once made an uncontended Release report ErrStolen).
+func TestScanNeverLosesRecycledLocks(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	ctx := ctxT(t, eventually)
+	stopScans := scanWithoutPause(m)
 	var wg sync.WaitGroup
 	n := 20000
 	if raceEnabled {
@@ -438,8 +448,7 @@ func TestScanNeverLosesRecycledLocks(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
-	close(stop)
-	scans.Wait()
+	stopScans()
 	check(t, m)
 }
 
@@ -451,23 +460,7 @@ func TestScanNeverLosesRecycledLocks(t *testing.T) {
 func TestRequestReusesLocksAcrossRegistration(t *testing.T) {
 	m := openM(t, tablePath(t), nil)
 	ctx := ctxT(t, eventually)
-	stop := make(chan struct{})
-	var scans sync.WaitGroup
-	scans.Add(1)
-	go func() {
-		defer scans.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if m.enter() {
-				m.scan(true)
-				m.leave()
-			}
-		}
-	}()
+	stopScans := scanWithoutPause(m)
 	n := 3000
 	if raceEnabled {
 		n = 600
@@ -507,8 +500,7 @@ func TestRequestReusesLocksAcrossRegistration(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
-	close(stop)
-	scans.Wait()
+	stopScans()
 	check(t, m)
 	for _, name := range []string{"reuse0", "reuse1"} {
 		l, err := m.Acquire(ctx, name, RequestOptions{IfAvailable: true})
