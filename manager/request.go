@@ -303,10 +303,11 @@ func (m *Manager) removeWaiter(w *waiter) {
 // (the collapse of strict FIFO with 8 processes on 2 CPUs). CPUs are
 // handed over outside the queue instead (yieldIfDue). The exception is a
 // process confined to one CPU: there the holder it waits for may need this
-// very CPU, so it yields to the OS once and then parks (spinStep). The budget is adaptive:
-// SpinLimit (50 µs) restarts whenever the name's queue moves, so a waiter
-// stays on its CPU while its turn approaches, and parks once the lock has
-// been held for SpinLimit without any grant: a long wait costs no CPU.
+// very CPU, so it yields to the OS once and then parks (spinStep). The
+// budget is adaptive: SpinLimit (50 µs) restarts whenever the name's queue
+// moves, so a waiter stays on its CPU while its turn approaches, and parks
+// once the lock has been held for SpinLimit without any grant: a long wait
+// costs no CPU.
 // A parked request that becomes the head of its queue is rung one grant
 // ahead of its turn (wakeAhead) and spins again.
 //
@@ -392,7 +393,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 	defer m.leave() // Close waits at most one spin limit for us
 	deadline := time.Now().Add(m.spin)
 	progress := m.t.Progress(ref)
-	yieldOS := m.onOneCPU()
+	oneCPU := m.onOneCPU()
 	for i := 0; ; i++ {
 		select {
 		case <-done:
@@ -419,7 +420,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 				return 0, nil, false
 			}
 		}
-		switch spinStep(i, yieldOS) {
+		switch spinStep(i, oneCPU) {
 		case spinPark:
 			return 0, nil, false
 		case spinOSYield:
@@ -446,7 +447,7 @@ const (
 // help it and cost it its share of the CPU: on this kernel (EEVDF, Linux
 // 6.18) a sched_yield forfeits the rest of the yielder's time slice, so a
 // process that yields ten times per wait runs far less than one that sleeps
-// (docs/benchmarks.md, "Waiters confined to one CPU").
+// (BenchmarkYieldShare; docs/design.md §4).
 func spinStep(i int, oneCPU bool) spinAction {
 	switch {
 	case !oneCPU:
