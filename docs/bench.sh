@@ -123,6 +123,7 @@ END {
 	printf "| flock pair / Request (speed-up) | %s |\n", fmt(ratio(fp, rq))
 	printf "| open+flock+close / Acquire+Release (speed-up) | %s |\n", fmt(ratio(ofc, ar))
 	printf "| open+flock+close / Request (speed-up) | %s |\n", fmt(ratio(ofc, rq))
+	printf "| Request on a 33-byte name / on a 5-byte name | %s |\n", fmt(ratio(m(U "RequestLongName", "ns/op"), rq))
 	S = "BenchmarkScaleNames/names="
 	s1 = m(S "1", "ns/op"); s1k = m(S "1000", "ns/op"); s100k = m(S "100000", "ns/op")
 	printf "| 1,000 names / 1 name | %s |\n", fmt(ratio(s1k, s1))

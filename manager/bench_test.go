@@ -29,6 +29,14 @@ func BenchmarkUncontended(b *testing.B) {
 		b.Fatal(err)
 	}
 	keep.Release()
+	// A path-like name, as users name their locks, to show what the name's
+	// length costs (hashing and comparing it).
+	const longName = "orders/2026/11/21/customer-000123"
+	keep, err = m.Acquire(ctx, longName, RequestOptions{Mode: Shared})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keep.Release()
 
 	b.Run("AcquireRelease", func(b *testing.B) {
 		b.ReportAllocs()
@@ -45,6 +53,15 @@ func BenchmarkUncontended(b *testing.B) {
 		fn := func(context.Context, *Lock) error { return nil }
 		for i := 0; i < b.N; i++ {
 			if err := m.Request(ctx, "bench", RequestOptions{}, fn); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("RequestLongName", func(b *testing.B) {
+		b.ReportAllocs()
+		fn := func(context.Context, *Lock) error { return nil }
+		for i := 0; i < b.N; i++ {
+			if err := m.Request(ctx, longName, RequestOptions{}, fn); err != nil {
 				b.Fatal(err)
 			}
 		}

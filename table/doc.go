@@ -13,7 +13,8 @@
 // every walk is bounded, so a corrupt file yields ErrCorrupt naming the
 // field, never a panic or a hang; a file truncated under us is caught with
 // runtime/debug.SetPanicOnFault where the table is read outside the fast path
-// (Open, Snapshot, Check, reaping). Any change of layout bumps FormatVersion.
+// (Open, Snapshot, Check, reaping). Any change of layout, or of Hash (the
+// bucket of a name), bumps FormatVersion.
 //
 // # Regions
 //

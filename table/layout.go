@@ -15,7 +15,7 @@ import (
 // sync/atomic works on them also under GOARCH=386 (the mapping is page aligned).
 const (
 	Magic         = "SHMLOCK1"
-	FormatVersion = 2
+	FormatVersion = 3 // 3: Hash reads 8 bytes a step (2: FNV-1a byte by byte)
 
 	HeaderSize = 256 // bytes; region 0
 	BucketSize = 16  // bytes per bucket
@@ -315,12 +315,37 @@ func agentWord(pid int, start uint64, state uint8) uint64 {
 func agentWordPID(w uint64) int        { return int(uint32(w >> 32)) }
 func agentWordStart24(w uint64) uint64 { return (w >> 8) & 0xFFFFFF }
 
-// Hash is the name hash used to place a name in a bucket (64-bit FNV-1a).
+// Hash is the name hash: it places a name in a bucket and is stored in the
+// name's entry, so every process that shares a table must compute the same
+// value (it is part of the file format: changing it bumps FormatVersion).
+//
+// It reads the name 8 bytes at a time, little-endian whatever the machine,
+// and folds each word in with a 64x64→128-bit multiply (the mixing step of
+// wyhash), then mixes once more. FNV-1a (format 2), one multiply per byte,
+// cost about 1 ns per byte here: 32-36 ns for a 33-byte path-like name,
+// against 8-12 ns now (docs/benchmarks.md, RequestLongName).
 func Hash(name string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(name); i++ {
-		h ^= uint64(name[i])
-		h *= 1099511628211
+	h := uint64(len(name)) ^ hashK1
+	for ; len(name) >= 8; name = name[8:] {
+		h = hashMix(h^binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(name), 8)), hashK2)
 	}
-	return h
+	if len(name) > 0 {
+		var tail uint64
+		for i := len(name) - 1; i >= 0; i-- {
+			tail = tail<<8 | uint64(name[i])
+		}
+		h = hashMix(h^tail, hashK2)
+	}
+	return hashMix(h, hashK1)
+}
+
+const (
+	hashK1 = 0xa0761d6478bd642f
+	hashK2 = 0xe7037ed1a0b428db
+)
+
+// hashMix folds the 128-bit product of a and b into 64 bits.
+func hashMix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }

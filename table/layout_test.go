@@ -2,6 +2,7 @@ package table
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -94,6 +95,9 @@ func TestHeaderValidationLadder(t *testing.T) {
 	cases := []corruptCase{
 		{"magic", "magic", func(b []byte) { copy(b, "NOTLOCKS") }},
 		{"version", "version", func(b []byte) { ne.PutUint32(b[hdrVersion:], 99); resum(b) }},
+		// A file of the previous format (FNV-1a names hash): its entries would
+		// be looked for in the wrong buckets, so it is refused, with a remedy.
+		{"older version", "older shmlocks", func(b []byte) { ne.PutUint32(b[hdrVersion:], FormatVersion-1); resum(b) }},
 		{"checksum", "checksum", func(b []byte) { b[hdrMaxAgents]++ }},
 		{"geometry", "MaxRequests", func(b []byte) { ne.PutUint32(b[hdrMaxRequests:], 0); resum(b) }},
 		{"buckets", "buckets", func(b []byte) { ne.PutUint32(b[hdrBuckets:], 7); resum(b) }},
@@ -209,5 +213,51 @@ func TestSlotRanges(t *testing.T) {
 				require.NotEqual(t, r, slotRange(end, n), "n=%d: range %d ends at %d", n, r, end)
 			}
 		}
+	}
+}
+
+// TestHashIsPartOfTheFormat pins Hash's values: every process that shares a
+// table must place a name in the same bucket, so a change of Hash must come
+// with a new FormatVersion (and new values here). make test also runs this
+// under GOARCH=386: the values do not depend on the machine's word size.
+func TestHashIsPartOfTheFormat(t *testing.T) {
+	require.Equal(t, uint32(3), uint32(FormatVersion), "these values are those of format 3")
+	for _, c := range []struct {
+		name string
+		want uint64
+	}{
+		{"", 0xf47cdffd9671363d},
+		{"a", 0x489e983c3a584d86},
+		{"bench", 0x5b98c8b1186f7846},
+		{"n000123", 0x6738071b3ace68b0},
+		{"12345678", 0x12023222c7d52e86},
+		{"orders/2026/11/21/customer-000123", 0x4868e30d3d89fe3b},
+	} {
+		require.Equal(t, c.want, Hash(c.name), "Hash(%q)", c.name)
+	}
+}
+
+// TestHashSpreadsNames: names that differ in one byte anywhere, as generated
+// names do, fill buckets like random values would (BucketOf's fold of the
+// hash, 2^18 buckets, 100,000 names: Poisson with mean 0.38).
+func TestHashSpreadsNames(t *testing.T) {
+	const buckets = 1 << 18
+	for _, format := range []string{"n%06d", "/var/lib/app/locks/%06d.lock", "%06d/tail-shared-by-all"} {
+		count := make([]uint8, buckets)
+		for i := 0; i < 100_000; i++ {
+			h := Hash(fmt.Sprintf(format, i))
+			count[uint32(h^h>>32)&(buckets-1)]++
+		}
+		empty, most := 0, uint8(0)
+		for _, c := range count {
+			if c == 0 {
+				empty++
+			}
+			most = max(most, c)
+		}
+		// Expected: e^-0.381 = 68.3% empty, and no bucket with 8 names
+		// (probability about 0.004 over all buckets).
+		require.InDelta(t, 0.683, float64(empty)/buckets, 0.01, "format %q: share of empty buckets", format)
+		require.Less(t, most, uint8(8), "format %q: longest chain", format)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/manager"
+	"github.com/shmlocks/shmlocks/table"
 )
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
@@ -78,7 +79,7 @@ func TestDumpLive(t *testing.T) {
 	out := r.stdout
 	pid := strconv.Itoa(os.Getpid())
 	require.Contains(t, out, "table     "+path)
-	require.Contains(t, out, "SHMLOCK1 version 2")
+	require.Contains(t, out, "SHMLOCK1 version "+strconv.Itoa(table.FormatVersion))
 	require.Contains(t, out, "(this boot)")
 	require.Contains(t, out, "agents: 2")
 	require.Regexp(t, `"jobs"\s+held\s+exclusive\s+\d+\s+`+pid+`\s+`+holder.ClientID(), out)
