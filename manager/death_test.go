@@ -137,3 +137,27 @@ func TestStaleBootResetsAgents(t *testing.T) {
 	require.NoError(t, l.Release())
 	check(t, m2)
 }
+
+// The pidfd watcher reaps without a liveness check, trusting the record word
+// it saw when it opened the pidfd; a record that holds another word by then
+// (the agent left and its record was reused) must be left alone.
+func TestReapExitedIsKeyedOnTheRecordWord(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, nil)
+	m2 := openM(t, path, nil)
+	l, err := m2.Acquire(ctxT(t, eventually), "k", RequestOptions{})
+	require.NoError(t, err)
+	var word uint64
+	for _, ai := range m.Table().Agents() {
+		if ai.Index == m2.a.Idx {
+			word = ai.Word()
+		}
+	}
+	require.NotZero(t, word)
+	m.reapExited(m2.a.Idx, word^1<<40) // another registration of that record
+	snap, err := m.Query(context.Background())
+	require.NoError(t, err)
+	require.Len(t, snap.Held, 1, "the live agent's lock survives a report about another registration")
+	require.NoError(t, l.Release())
+	check(t, m)
+}

@@ -174,6 +174,6 @@ func (w *watcher) wait(idx uint32, wf *watched) {
 	if err != nil || closed {
 		return
 	}
-	w.m.reapOne(idx)
+	w.m.reapExited(idx, wf.word)
 	w.unwatch(idx)
 }
