@@ -125,11 +125,11 @@ func (l *Lock) watch() {
 	if !l.state.CompareAndSwap(word, word|flagRegistered) {
 		return
 	}
-	m.held[l.ref.Slot].Store(l)
+	m.held.store(l.ref.Slot, l)
 	if l.state.Load() != word|flagRegistered {
 		// Released (or lost) between the CAS and the Store, too early for
 		// Release to unregister it: do it here.
-		m.held[l.ref.Slot].CompareAndSwap(l, nil)
+		m.held.drop(l.ref.Slot, l)
 		return
 	}
 	m.loseIfGone(l.ref.Slot, l)
@@ -182,7 +182,7 @@ func (l *Lock) releaseOwn() error {
 func (l *Lock) release(word uint64) error {
 	m := l.m
 	if word&flagRegistered != 0 {
-		m.held[l.ref.Slot].CompareAndSwap(l, nil)
+		m.held.drop(l.ref.Slot, l)
 	}
 	if m.closed.Load() {
 		return fmt.Errorf("release %q: %w", l.name, ErrClosed) // Close released it
@@ -218,7 +218,7 @@ func (l *Lock) release(word uint64) error {
 		// releasable so that the caller can retry.
 		l.state.Store(word)
 		if word&flagRegistered != 0 {
-			m.held[l.ref.Slot].CompareAndSwap(nil, l)
+			m.held.restore(l.ref.Slot, l)
 		}
 		return fmt.Errorf("release %q: %w", l.name, err)
 	}

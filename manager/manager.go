@@ -60,7 +60,7 @@ type Manager struct {
 	inflight atomic.Int64  // table operations in progress (Close waits for them)
 	closing  chan struct{} // closed by Close: waiters give up
 
-	held []atomic.Pointer[Lock] // our granted locks, by slot
+	held registry // our granted locks whose loss is watched, by slot
 
 	mu      sync.Mutex
 	waiters map[uint32]*waiter   // our parked requests, by slot
@@ -119,7 +119,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		spin:     spin,
 		born:     time.Now(),
 		closing:  make(chan struct{}),
-		held:     make([]atomic.Pointer[Lock], t.Geometry().MaxRequests),
+		held:     newRegistry(t.Geometry().MaxRequests),
 		waiters:  map[uint32]*waiter{},
 		queues:   map[string]*waitList{},
 		clientID: ClientIDOf(nonce),
@@ -225,11 +225,7 @@ func (m *Manager) Close() error {
 		m.t.Deliver(&w, m.ringFn)
 		return err
 	})
-	for i := range m.held {
-		if l := m.held[i].Swap(nil); l != nil {
-			l.markLost(l.state.Load(), lockClosed)
-		}
-	}
+	m.held.takeAll(func(l *Lock) { l.markLost(l.state.Load(), lockClosed) })
 	// The descriptor is closed now; the mapping stays until the Manager is
 	// garbage (a cleanup registered by Open unmaps it), so that a Release
 	// racing with this Close reads valid memory: it finds its slot freed by

@@ -538,20 +538,12 @@ func (w *waiter) poke() {
 // us. It reads nothing of a Lock but its atomic state word: the registry
 // index is the slot, and the Lock is changed only by a CAS on the
 // (incarnation, held) word that was registered at that slot.
-func (m *Manager) scanHeld() {
-	for i := range m.held {
-		l := m.held[i].Load()
-		if l == nil {
-			continue
-		}
-		m.loseIfGone(uint32(i), l)
-	}
-}
+func (m *Manager) scanHeld() { m.held.each(m.loseIfGone) }
 
 // loseIfGone marks l lost if the slot it is registered at is no longer held by us.
 func (m *Manager) loseIfGone(slot uint32, l *Lock) {
 	word := l.state.Load()
-	if word&stateMask != lockHeld || m.held[slot].Load() != l {
+	if word&stateMask != lockHeld || m.held.load(slot) != l {
 		return // released, re-granted elsewhere, or never this slot's
 	}
 	if m.t.Holds(m.a, slot) {
@@ -559,7 +551,7 @@ func (m *Manager) loseIfGone(slot uint32, l *Lock) {
 	}
 	st, serial, mine := m.t.SlotState(m.a, slot)
 	if l.markLost(word, lockStolen) {
-		m.held[slot].CompareAndSwap(l, nil)
+		m.held.drop(slot, l)
 		if mine && st == table.SlotStolen {
 			m.t.FreeStolen(m.a, table.Ref{Slot: slot, Serial: serial})
 		}
