@@ -25,23 +25,40 @@ const (
 
 	stateMask      = 0x0f // the lock state
 	flagRegistered = 0x10 // in m.held, so that the bell loop closes lost when it is taken away
+	flagShown      = 0x20 // some incarnation was registered: the bell loop may still read the word (kept by init)
 	stateBits      = 8
 )
 
 // Lock is a granted request. A Lock obtained in Request's callback must not
 // be used after the callback returns.
+//
+// Acquire allocates one Lock per grant (a handle must never alias a later
+// grant), so the Lock is kept to one 64-byte size class: what only Lost and
+// Request's context use lives in ext, allocated on first use.
 type Lock struct {
 	m     *Manager
 	name  string
-	mode  Mode
-	ref   table.Ref
 	token uint64
-	state atomic.Uint64 // incarnation<<stateBits | flagRegistered? | lock state
-	shown atomic.Bool   // some incarnation was registered: the bell loop may still read state
+	state atomic.Uint64 // incarnation<<stateBits | flagShown? | flagRegistered? | lock state
+	ref   table.Ref
+	mode  uint8
+	ext   atomic.Pointer[lockExt]
+}
 
+// lockExt is the part of a Lock that Lost and Request's context need.
+type lockExt struct {
 	mu   sync.Mutex
 	lost chan struct{} // created lazily by Lost or the Request context
-	ctx  *lockCtx      // Request's context for fn (allocated once per pooled Lock)
+	ctx  lockCtx       // Request's context for fn (a pooled Lock keeps it)
+}
+
+// extension returns l's lockExt, creating it.
+func (l *Lock) extension() *lockExt {
+	if e := l.ext.Load(); e != nil {
+		return e
+	}
+	l.ext.CompareAndSwap(nil, &lockExt{})
+	return l.ext.Load()
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -51,15 +68,17 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // freshly allocated Lock (fresh) is not reachable by anyone yet, so even its
 // state word is written plainly.
 func (l *Lock) init(m *Manager, name string, mode Mode, ref table.Ref, token uint64, fresh bool) {
-	l.m, l.name, l.mode, l.ref, l.token = m, name, mode, ref, token
+	l.m, l.name, l.mode, l.ref, l.token = m, name, uint8(mode), ref, token
 	if fresh {
 		*(*uint64)(unsafe.Pointer(&l.state)) = 1<<stateBits | lockHeld
 		return
 	}
-	l.lost = nil
+	if e := l.ext.Load(); e != nil {
+		e.lost = nil
+	}
 	word := l.state.Load()
-	next := (word>>stateBits+1)<<stateBits | lockHeld
-	if !l.shown.Load() {
+	next := (word>>stateBits+1)<<stateBits | word&flagShown | lockHeld
+	if word&flagShown == 0 {
 		// No incarnation of l was ever registered, so the bell loop and
 		// Close never had a pointer to it: nobody else reads this word now
 		// (a Lock from Request is not used after its callback returned).
@@ -75,7 +94,7 @@ func (l *Lock) st() uint64 { return l.state.Load() & stateMask }
 func (l *Lock) Name() string { return l.name }
 
 // Mode returns the lock's mode.
-func (l *Lock) Mode() Mode { return l.mode }
+func (l *Lock) Mode() Mode { return Mode(l.mode) }
 
 // Token returns the fencing token of this grant: strictly increasing per
 // name, across agents, deaths, steals and reuse of table entries, for the
@@ -85,24 +104,28 @@ func (l *Lock) Token() uint64 { return l.token }
 // Lost returns a channel that is closed when the lock is stolen or
 // otherwise taken away (reaped, or released by Close).
 func (l *Lock) Lost() <-chan struct{} {
-	l.mu.Lock()
-	c := l.lostLocked()
-	l.mu.Unlock()
+	e := l.extension()
+	e.mu.Lock()
+	c := l.lostLocked(e)
+	e.mu.Unlock()
 	if c != closedChan {
 		l.watch()
 	}
 	return c
 }
 
-// lostLocked returns the lost channel, creating it (l.mu held).
-func (l *Lock) lostLocked() chan struct{} {
-	if l.lost == nil {
+// lostLocked returns the lost channel, creating it (e is l's lockExt, e.mu
+// held). markLost, which changes the state word before it looks for e,
+// closes the channel if it finds e; if it did not, the state word read here
+// already says lost.
+func (l *Lock) lostLocked(e *lockExt) chan struct{} {
+	if e.lost == nil {
 		if st := l.st(); st == lockStolen || st == lockClosed {
 			return closedChan
 		}
-		l.lost = make(chan struct{})
+		e.lost = make(chan struct{})
 	}
-	return l.lost
+	return e.lost
 }
 
 // watch registers a held lock with its Manager's bell loop, which closes its
@@ -119,14 +142,13 @@ func (l *Lock) watch() {
 		return
 	}
 	defer m.leave()
-	if !l.shown.Load() {
-		l.shown.Store(true) // before the bell loop can see l
-	}
-	if !l.state.CompareAndSwap(word, word|flagRegistered) {
+	// flagShown is set before the bell loop can see l, and init keeps it.
+	reg := word | flagRegistered | flagShown
+	if !l.state.CompareAndSwap(word, reg) {
 		return
 	}
 	m.held.store(l.ref.Slot, l)
-	if l.state.Load() != word|flagRegistered {
+	if l.state.Load() != reg {
 		// Released (or lost) between the CAS and the Store, too early for
 		// Release to unregister it: do it here.
 		m.held.drop(l.ref.Slot, l)
@@ -142,13 +164,17 @@ func (l *Lock) markLost(word, to uint64) bool {
 	if word&stateMask != lockHeld || !l.state.CompareAndSwap(word, word&^stateMask|to) {
 		return false
 	}
-	l.mu.Lock()
-	if l.lost != nil {
-		close(l.lost)
-	} else {
-		l.lost = closedChan
+	e := l.ext.Load()
+	if e == nil {
+		return true // nobody asked for Lost yet: lostLocked reads the state word
 	}
-	l.mu.Unlock()
+	e.mu.Lock()
+	if e.lost != nil {
+		close(e.lost)
+	} else {
+		e.lost = closedChan
+	}
+	e.mu.Unlock()
 	return true
 }
 
@@ -236,7 +262,8 @@ func (l *Lock) notHeldErr() error {
 
 // lockCtx is the context passed to Request's callback: its parent's values
 // and deadline, cancelled when the parent is or when the lock is lost. It
-// allocates nothing unless Done is called.
+// allocates nothing unless Done is called. It lives in its Lock's lockExt,
+// whose mu guards it.
 type lockCtx struct {
 	l      *Lock
 	parent context.Context
@@ -258,21 +285,21 @@ func (c *lockCtx) Err() error {
 
 func (c *lockCtx) Done() <-chan struct{} {
 	l := c.l
-	l.mu.Lock()
-	done := c.doneLocked()
-	l.mu.Unlock()
+	e := l.ext.Load()
+	e.mu.Lock()
+	done := c.doneLocked(e)
+	e.mu.Unlock()
 	if done != closedChan {
-		l.watch() // without l.mu: watch may close the lost channel itself
+		l.watch() // without e.mu: watch may close the lost channel itself
 	}
 	return done
 }
 
-func (c *lockCtx) doneLocked() chan struct{} {
-	l := c.l
+func (c *lockCtx) doneLocked(e *lockExt) chan struct{} {
 	if c.done != nil {
 		return c.done
 	}
-	lost := l.lostLocked()
+	lost := c.l.lostLocked(e)
 	if lost == closedChan {
 		return closedChan
 	}
@@ -302,10 +329,10 @@ func (c *lockCtx) finish() {
 	if !c.armed.Load() {
 		return // Done was never called with a cancellable parent: nothing to undo
 	}
-	l := c.l
-	l.mu.Lock()
+	e := c.l.ext.Load()
+	e.mu.Lock()
 	stop, fire := c.stop, c.fire
-	l.mu.Unlock()
+	e.mu.Unlock()
 	if stop != nil {
 		stop()
 		fire() // so the helper goroutine exits

@@ -35,12 +35,10 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 		}
 		return err
 	}
-	if l.ctx == nil {
-		l.ctx = &lockCtx{l: l}
-	}
-	*l.ctx = lockCtx{l: l, parent: ctx}
-	ferr := fn(l.ctx, l)
-	l.ctx.finish()
+	lc := &l.extension().ctx // allocated once per pooled Lock
+	*lc = lockCtx{l: l, parent: ctx}
+	ferr := fn(lc, l)
+	lc.finish()
 	rerr := l.releaseOwn()
 	if rerr == nil {
 		m.pool.Put(l)
@@ -561,8 +559,9 @@ func (m *Manager) loseIfGone(slot uint32, l *Lock) {
 // lockArena hands out distinct Locks for Acquire, lockArenaSize per heap
 // allocation. Every Acquire gets a Lock nobody else ever had (a stale
 // handle must never alias a later grant); an arena is garbage once none of
-// its Locks is referenced.
-const lockArenaSize = 64
+// its Locks is referenced. 63 Locks of 64 bytes and the counter fill the
+// 4 KiB size class exactly (TestLockSizes).
+const lockArenaSize = 63
 
 type lockArena struct {
 	next  atomic.Int32
