@@ -7,8 +7,9 @@ import "sync/atomic"
 // and a table may have a million slots, so the registry is made of chunks
 // allocated on first use: the garbage collector scans the chunk pointers and
 // the chunks in use, not a pointer per slot of the table. (A flat slice of
-// 32,768 pointers, the default MaxRequests, was scanned on every collection
-// and cost about 8% of an uncontended Acquire+Release, which allocates.)
+// 32,768 pointers, the default MaxRequests, was scanned on every collection:
+// 17% of the profile of an uncontended Acquire+Release, which allocates;
+// 134 -> 118 ns side by side without it.)
 // Every access is lock-free; a chunk, once allocated, stays.
 type registry struct {
 	n      uint32 // slots
