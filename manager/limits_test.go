@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -601,4 +602,16 @@ func TestReleaseRacingClose(t *testing.T) {
 		require.Empty(t, snap.Held)
 		check(t, other)
 	}
+}
+
+// Acquire allocates a Lock per grant (one arena per lockArenaSize grants), so
+// its size is a cost of every Acquire: a Lock fills one 64-byte size class
+// and an arena one 4 KiB page, with nothing wasted on 64-bit machines.
+func TestLockSizes(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("sizes are those of 64-bit machines")
+	}
+	require.Equal(t, uintptr(64), unsafe.Sizeof(Lock{}))
+	require.LessOrEqual(t, unsafe.Sizeof(lockArena{}), uintptr(4096))
+	require.Greater(t, unsafe.Sizeof(lockArena{})+unsafe.Sizeof(Lock{}), uintptr(4096), "one more Lock would still fit in 4 KiB: grow lockArenaSize")
 }

@@ -3,7 +3,6 @@ package manager
 import (
 	"sync"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -66,16 +65,4 @@ func TestRegistryConcurrentChunk(t *testing.T) {
 	n := 0
 	r.each(func(s uint32, l *Lock) { require.Same(t, locks[s], l); n++ })
 	require.Equal(t, regChunkSize, n)
-}
-
-// Acquire allocates a Lock per grant (one arena per lockArenaSize grants), so
-// its size is a cost of every Acquire: a Lock fills one 64-byte size class
-// and an arena one 4 KiB page, with nothing wasted on 64-bit machines.
-func TestLockSizes(t *testing.T) {
-	if unsafe.Sizeof(uintptr(0)) != 8 {
-		t.Skip("sizes are those of 64-bit machines")
-	}
-	require.Equal(t, uintptr(64), unsafe.Sizeof(Lock{}))
-	require.LessOrEqual(t, unsafe.Sizeof(lockArena{}), uintptr(4096))
-	require.Greater(t, unsafe.Sizeof(lockArena{})+unsafe.Sizeof(Lock{}), uintptr(4096), "room for one more Lock")
 }
