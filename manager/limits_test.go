@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -248,6 +249,64 @@ func TestCloseReleasesAndAborts(t *testing.T) {
 	require.Empty(t, snap.Held)
 	require.Empty(t, snap.Pending)
 	check(t, m2)
+}
+
+// Close while goroutines of the same Manager take and give back idle names
+// by the fast path, which claims no slot and is not counted in flight:
+// whatever each acquire returns, when Close returns no hold of the closed
+// agent is left in the table (every name is free for another Manager), and
+// the table passes the checker, quiescent orphans included.
+func TestCloseRacingFastAcquires(t *testing.T) {
+	path := tablePath(t)
+	other := openM(t, path, nil)
+	ctx := ctxT(t, eventually)
+	names := []string{"f0", "f1", "f2", "f3"}
+	rounds := 40
+	if testing.Short() || raceEnabled {
+		rounds = 15
+	}
+	for round := 0; round < rounds; round++ {
+		m, err := Open(path, smallTable)
+		require.NoError(t, err)
+		for _, n := range names { // make the names idle entries: the fast path applies
+			l, err := m.Acquire(ctx, n, RequestOptions{})
+			require.NoError(t, err)
+			require.NoError(t, l.Release())
+		}
+		var wg sync.WaitGroup
+		var granted atomic.Int64
+		for g := range names {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					l, err := m.Acquire(ctx, names[g], RequestOptions{})
+					if err != nil {
+						if !errors.Is(err, ErrClosed) {
+							t.Errorf("Acquire: %v", err)
+						}
+						return
+					}
+					granted.Add(1)
+					if err := l.Release(); err != nil && !errors.Is(err, ErrClosed) {
+						t.Errorf("Release: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		for granted.Load() < int64(10*(round%4+1)) {
+			runtime.Gosched()
+		}
+		require.NoError(t, m.Close())
+		wg.Wait()
+		require.NoError(t, other.Table().Check(nil), "round %d", round)
+		for _, n := range names {
+			l, err := other.Acquire(ctx, n, RequestOptions{IfAvailable: true})
+			require.NoError(t, err, "round %d: %s is left held after Close", round, n)
+			require.NoError(t, l.Release())
+		}
+	}
 }
 
 // Hard case 11: a request cancelled at the moment it is granted is either

@@ -147,14 +147,14 @@ func (l *Lock) watch() {
 	if !l.state.CompareAndSwap(word, reg) {
 		return
 	}
-	m.held.store(l.ref.Slot, l)
+	m.held.store(l.ref.Slot, l.ref.Serial, l)
 	if l.state.Load() != reg {
 		// Released (or lost) between the CAS and the Store, too early for
 		// Release to unregister it: do it here.
 		m.held.drop(l.ref.Slot, l)
 		return
 	}
-	m.loseIfGone(l.ref.Slot, l)
+	m.loseIfGone(l.ref.Slot, l.ref.Serial, l)
 }
 
 // markLost moves the incarnation whose state word is word from held to to
@@ -244,7 +244,7 @@ func (l *Lock) release(word uint64) error {
 		// releasable so that the caller can retry.
 		l.state.Store(word)
 		if word&flagRegistered != 0 {
-			m.held.restore(l.ref.Slot, l)
+			m.held.restore(l.ref.Slot, l.ref.Serial, l)
 		}
 		return fmt.Errorf("release %q: %w", l.name, err)
 	}

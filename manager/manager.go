@@ -119,7 +119,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		spin:     spin,
 		born:     time.Now(),
 		closing:  make(chan struct{}),
-		held:     newRegistry(t.Geometry().MaxRequests),
+		held:     newRegistry(t.Slots()),
 		waiters:  map[uint32]*waiter{},
 		queues:   map[string]*waitList{},
 		clientID: ClientIDOf(nonce),
@@ -210,9 +210,12 @@ func (m *Manager) Close() error {
 	for m.inflight.Load() != 0 {
 		time.Sleep(10 * time.Microsecond)
 	}
-	// The fast path of acquire is not counted in flight: wait until no
-	// request of ours is between claiming its slot and its outcome (a few
-	// hundred nanoseconds; bounded in case the slot words are garbage).
+	// The uncontended path of acquire is not counted in flight: wait until
+	// no request of ours is between claiming its slot and its outcome (a
+	// few hundred nanoseconds; bounded in case the slot words are garbage).
+	// A fast acquire claims nothing: it looks at closed after its CAS and
+	// gives the lock back itself if it finds it set, while Deregister
+	// releases every fast hold it finds (see acquire).
 	for deadline := time.Now().Add(time.Second); !m.t.ClaimsSettled(m.a) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Microsecond)
 	}

@@ -3,7 +3,10 @@ package manager
 import "sync/atomic"
 
 // registry maps a request slot to the Lock registered there (a held lock
-// whose loss someone watches: see Lock.watch). Few Locks are ever registered,
+// whose loss someone watches: see Lock.watch) with the slot serial of its
+// grant. The bell loop must not read a Lock's other fields (a Request Lock
+// may be reused meanwhile), and an entry's reserved slot serves one grant
+// after another (fast.go), so the serial is kept here, with the pointer. Few Locks are ever registered,
 // and a table may have a million slots, so the registry is made of chunks
 // allocated on first use: the garbage collector scans the chunk pointers and
 // the chunks in use, not a pointer per slot of the table. (A flat slice of
@@ -18,7 +21,15 @@ type registry struct {
 
 const regChunkSize = 256 // slots per chunk: 2 KiB of pointers
 
-type regChunk [regChunkSize]atomic.Pointer[Lock]
+type regChunk [regChunkSize]atomic.Pointer[regEntry]
+
+// regEntry is one registration, replaced as a whole (registrations are rare:
+// a Lost or a Request context's Done), so that the Lock and its serial are
+// always read together.
+type regEntry struct {
+	l      *Lock
+	serial uint32
+}
 
 func newRegistry(slots int) registry {
 	return registry{n: uint32(slots), chunks: make([]atomic.Pointer[regChunk], (slots+regChunkSize-1)/regChunkSize)}
@@ -26,7 +37,7 @@ func newRegistry(slots int) registry {
 
 // at returns slot s's cell, allocating its chunk if alloc; nil if the chunk
 // is not allocated (nothing was ever registered near s) or s is out of range.
-func (r *registry) at(s uint32, alloc bool) *atomic.Pointer[Lock] {
+func (r *registry) at(s uint32, alloc bool) *atomic.Pointer[regEntry] {
 	if s >= r.n {
 		return nil
 	}
@@ -45,34 +56,40 @@ func (r *registry) at(s uint32, alloc bool) *atomic.Pointer[Lock] {
 // load returns the Lock registered at slot s, if any.
 func (r *registry) load(s uint32) *Lock {
 	if p := r.at(s, false); p != nil {
-		return p.Load()
+		if e := p.Load(); e != nil {
+			return e.l
+		}
 	}
 	return nil
 }
 
-// store registers l at slot s.
-func (r *registry) store(s uint32, l *Lock) { r.at(s, true).Store(l) }
+// store registers l at slot s, for the grant of that serial.
+func (r *registry) store(s, serial uint32, l *Lock) { r.at(s, true).Store(&regEntry{l, serial}) }
 
 // drop unregisters l from slot s if it is still the one registered there.
 func (r *registry) drop(s uint32, l *Lock) {
 	if p := r.at(s, false); p != nil {
-		p.CompareAndSwap(l, nil)
+		if e := p.Load(); e != nil && e.l == l {
+			p.CompareAndSwap(e, nil)
+		}
 	}
 }
 
-// restore registers l at slot s again if nothing else was registered meanwhile.
-func (r *registry) restore(s uint32, l *Lock) { r.at(s, true).CompareAndSwap(nil, l) }
+// restore registers l at slot s (serial) again if nothing else was registered meanwhile.
+func (r *registry) restore(s, serial uint32, l *Lock) {
+	r.at(s, true).CompareAndSwap(nil, &regEntry{l, serial})
+}
 
-// each calls f for every registered Lock, with its slot.
-func (r *registry) each(f func(s uint32, l *Lock)) {
+// each calls f for every registered Lock, with its slot and serial.
+func (r *registry) each(f func(s, serial uint32, l *Lock)) {
 	for i := range r.chunks {
 		c := r.chunks[i].Load()
 		if c == nil {
 			continue
 		}
 		for j := range c {
-			if l := c[j].Load(); l != nil {
-				f(uint32(i*regChunkSize+j), l)
+			if e := c[j].Load(); e != nil {
+				f(uint32(i*regChunkSize+j), e.serial, e.l)
 			}
 		}
 	}
@@ -86,8 +103,8 @@ func (r *registry) takeAll(f func(l *Lock)) {
 			continue
 		}
 		for j := range c {
-			if l := c[j].Swap(nil); l != nil {
-				f(l)
+			if e := c[j].Swap(nil); e != nil {
+				f(e.l)
 			}
 		}
 	}

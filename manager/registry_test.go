@@ -22,9 +22,9 @@ func TestRegistry(t *testing.T) {
 		require.Nil(t, r.chunks[i].Load(), "a lookup allocates no chunk")
 	}
 
-	r.store(0, a)
-	r.store(regChunkSize, b) // first slot of the second chunk
-	r.store(slots-1, c)      // last slot of the partial chunk
+	r.store(0, 1, a)
+	r.store(regChunkSize, 2, b) // first slot of the second chunk
+	r.store(slots-1, 3, c)      // last slot of the partial chunk
 	require.Nil(t, r.at(slots, true), "a slot past the table is no cell")
 	require.Nil(t, r.chunks[2].Load(), "no chunk where nothing was registered")
 	require.Same(t, a, r.load(0))
@@ -33,21 +33,23 @@ func TestRegistry(t *testing.T) {
 
 	r.drop(0, b) // not the one registered there
 	require.Same(t, a, r.load(0))
-	r.restore(0, b) // occupied: left alone
+	r.restore(0, 7, b) // occupied: left alone
 	require.Same(t, a, r.load(0))
 
 	seen := map[uint32]*Lock{}
-	r.each(func(s uint32, l *Lock) { seen[s] = l })
+	serials := map[uint32]uint32{}
+	r.each(func(s, serial uint32, l *Lock) { seen[s], serials[s] = l, serial })
 	require.Equal(t, map[uint32]*Lock{0: a, regChunkSize: b, slots - 1: c}, seen)
+	require.Equal(t, map[uint32]uint32{0: 1, regChunkSize: 2, slots - 1: 3}, serials, "each reports the serial stored with the Lock")
 
 	r.drop(regChunkSize, b)
-	r.restore(regChunkSize, c)
+	r.restore(regChunkSize, 7, c)
 	require.Same(t, c, r.load(regChunkSize))
 
 	var taken []*Lock
 	r.takeAll(func(l *Lock) { taken = append(taken, l) })
 	require.ElementsMatch(t, []*Lock{a, c, c}, taken)
-	r.each(func(s uint32, l *Lock) { t.Fatalf("slot %d still registered after takeAll", s) })
+	r.each(func(s, serial uint32, l *Lock) { t.Fatalf("slot %d still registered after takeAll", s) })
 }
 
 // Goroutines registering in the same new chunk at once all land in it (the
@@ -59,10 +61,10 @@ func TestRegistryConcurrentChunk(t *testing.T) {
 	for i := range locks {
 		locks[i] = new(Lock)
 		wg.Add(1)
-		go func() { defer wg.Done(); r.store(uint32(i), locks[i]) }()
+		go func() { defer wg.Done(); r.store(uint32(i), uint32(i), locks[i]) }()
 	}
 	wg.Wait()
 	n := 0
-	r.each(func(s uint32, l *Lock) { require.Same(t, locks[s], l); n++ })
+	r.each(func(s, serial uint32, l *Lock) { require.Same(t, locks[s], l); require.Equal(t, s, serial); n++ })
 	require.Equal(t, regChunkSize, n)
 }

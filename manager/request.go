@@ -96,10 +96,27 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	}
 	var w table.Wakes
 	h := table.Hash(name)
-	// The uncontended path: claim a slot and take an idle name by one CAS,
-	// with no in-flight count. The claim is what Close waits for instead
-	// (ClaimsSettled): a claim made before Close set closed is seen by it,
-	// one made after sees closed here.
+	if opts.Mode == Exclusive && !opts.Steal {
+		// The uncontended path: take an idle name by one CAS, with no slot
+		// claim and no in-flight count. Close sets closed before it
+		// releases our fast holds, and we look at closed after our CAS:
+		// either Close finds this hold, or we see closed and give it back.
+		ref, token, out := m.t.AcquireFast(m.a, name, h, &w)
+		if !w.Empty() {
+			m.t.Deliver(&w, m.ringFn)
+		}
+		if out == table.Granted {
+			if m.closed.Load() {
+				m.t.Release(m.a, ref, &w)
+				return ErrClosed
+			}
+			l.init(m, name, opts.Mode, ref, token, fresh)
+			return nil
+		}
+	}
+	// A slot for the latched path. The claim is what Close waits for
+	// instead of an in-flight count (ClaimsSettled): a claim made before
+	// Close set closed is seen by it, one made after sees closed here.
 	ref, err := m.t.Claim(m.a, h)
 	if err != nil {
 		return fmt.Errorf("lock %q: %w", name, err)
@@ -107,21 +124,6 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	if m.closed.Load() {
 		m.t.FreeClaimed(m.a, ref)
 		return ErrClosed
-	}
-	if opts.Mode == Exclusive && !opts.Steal {
-		token, out := m.t.AcquireFast(m.a, ref, name, h, &w)
-		if !w.Empty() {
-			m.t.Deliver(&w, m.ringFn)
-		}
-		switch out {
-		case table.Granted:
-			l.init(m, name, opts.Mode, ref, token, fresh)
-			return nil
-		case table.NotAvailable: // took a renamed entry by mistake and gave it back
-			if ref, err = m.t.Claim(m.a, h); err != nil {
-				return fmt.Errorf("lock %q: %w", name, err)
-			}
-		}
 	}
 	if !m.enter() {
 		m.t.FreeClaimed(m.a, ref)
@@ -538,13 +540,14 @@ func (w *waiter) poke() {
 // (incarnation, held) word that was registered at that slot.
 func (m *Manager) scanHeld() { m.held.each(m.loseIfGone) }
 
-// loseIfGone marks l lost if the slot it is registered at is no longer held by us.
-func (m *Manager) loseIfGone(slot uint32, l *Lock) {
+// loseIfGone marks l lost if the grant it is registered for (slot, serial)
+// is no longer held by us. It reads nothing of l but its state word.
+func (m *Manager) loseIfGone(slot, serial uint32, l *Lock) {
 	word := l.state.Load()
 	if word&stateMask != lockHeld || m.held.load(slot) != l {
 		return // released, re-granted elsewhere, or never this slot's
 	}
-	if m.t.Holds(m.a, slot) {
+	if m.t.Holds(m.a, table.Ref{Slot: slot, Serial: serial}) {
 		return
 	}
 	st, serial, mine := m.t.SlotState(m.a, slot)

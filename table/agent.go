@@ -19,6 +19,7 @@ type Agent struct {
 	InFlight  *atomic.Int64
 	slotHint  atomic.Uint32 // where to look for a free slot first
 	slotMask  *uint64       // our record's agSlotMask
+	entryMask *uint64       // our record's agEntryMask
 	entryHint atomic.Uint32 // where to look for a free entry first
 }
 
@@ -43,13 +44,14 @@ func (t *Table) Register(id Identity, nonce uint64) (*Agent, error) {
 		atomic.StoreUint64(t.u64(off+agNonce), nonce)
 		atomic.StoreUint32(t.u32(off+agParked), 0)
 		atomic.StoreUint64(t.u64(off+agSlotMask), 0)
+		atomic.StoreUint64(t.u64(off+agEntryMask), 0)
 		atomic.StoreUint64(t.u64(off+agSince), uint64(time.Now().UnixNano()))
 		alive := agentWord(id.PID, id.Start, AgentAlive)
 		if !atomic.CompareAndSwapUint64(wp, claimed, alive) {
 			return nil, ErrAgentGone
 		}
 		crash("agent.alive")
-		a := &Agent{t: t, Idx: idx, word: alive, Nonce: nonce, slotMask: t.u64(off + agSlotMask)}
+		a := &Agent{t: t, Idx: idx, word: alive, Nonce: nonce, slotMask: t.u64(off + agSlotMask), entryMask: t.u64(off + agEntryMask)}
 		a.slotHint.Store(uint32(uint64(idx) * uint64(t.l.MaxRequests) / uint64(n)))
 		a.entryHint.Store(uint32(uint64(idx) * uint64(t.l.MaxResources) / uint64(n)))
 		return a, nil
@@ -184,16 +186,21 @@ func (t *Table) Reap(a *Agent, idx uint32, word uint64, w *Wakes) error {
 }
 
 // removeAgentSlots frees every slot owned by agent idx while its record still
-// holds word. Waiting and held slots are removed under their bucket's latch
-// (re-processing the queue); claimed and stolen slots are in no list and are
-// freed by CAS.
+// holds word. Its fast holds are moved into their held lists first (own),
+// then every slot is handled: waiting and held slots are removed under
+// their bucket's latch (re-processing the queue); claimed and stolen slots
+// are in no list and are freed by CAS.
 func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) error {
 	wp := t.u64(t.agentOff(idx) + agWord)
+	if err := t.inflateAgentFastHolds(a, idx, word, w); err != nil {
+		return err
+	}
+	// Read after the fast holds were moved: their slots are marked by now.
 	mask := atomic.LoadUint64(t.u64(t.agentOff(idx) + agSlotMask))
-	n := uint32(t.l.MaxRequests)
+	n := t.l.slots
 	for s := uint32(0); s < n; s++ {
 		if r := slotRange(s, n); mask&(1<<r) == 0 {
-			s = rangeEnd(r, n) - 1 // the agent never claimed a slot in this range
+			s = rangeEnd(r, n) - 1 // the agent never owned a slot in this range
 			continue
 		}
 		sp := t.u64(t.slotOff(s) + slWord)
@@ -207,23 +214,6 @@ func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) er
 			}
 			switch wordState(sw) {
 			case SlotClaimed:
-				if t.fastHolds(s) {
-					// A fast hold: under the latch, move it to the held list
-					// (own), and the next round releases it like any other.
-					e := atomic.LoadUint32(t.u32(t.slotOff(s)+slEntry)) - 1
-					b := atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) - 1
-					if b >= t.l.buckets {
-						return corruptf("entry state", b+1, "entry %d is held by the fast path of slot %d", e, s)
-					}
-					if err := t.latch(a, b, w); err != nil {
-						return err
-					}
-					if atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) == b+1 && atomic.LoadUint64(wp) == word {
-						t.own(e)
-					}
-					t.unlatch(a, b)
-					continue
-				}
 				atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), idx, SlotFree))
 				continue
 			case SlotStolen:
@@ -254,6 +244,38 @@ func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) er
 				atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), idx, SlotFree))
 			}
 		}
+	}
+	return nil
+}
+
+// inflateAgentFastHolds moves every fast hold of agent idx (record word
+// word) into its entry's held list, under the bucket latch: the entries are
+// found through the ranges the agent marked in agEntryMask before taking
+// them.
+func (t *Table) inflateAgentFastHolds(a *Agent, idx uint32, word uint64, w *Wakes) error {
+	wp := t.u64(t.agentOff(idx) + agWord)
+	mask := atomic.LoadUint64(t.u64(t.agentOff(idx) + agEntryMask))
+	nRes := uint32(t.l.MaxResources)
+	for e := uint32(0); e < nRes; e++ {
+		if r := t.entryRange(e); mask&(1<<r) == 0 {
+			e = rangeEnd(r, nRes) - 1 // the agent never took an entry of this range
+			continue
+		}
+		eo := t.entryOff(e)
+		if ag, ok := fastHolder(uint32(atomic.LoadUint64(t.u64(eo + enFast)))); !ok || ag != idx {
+			continue
+		}
+		b := atomic.LoadUint32(t.u32(eo+enState)) - 1
+		if b >= t.l.buckets {
+			return corruptf("entry state", b+1, "entry %d is held by the fast path of agent %d", e, idx)
+		}
+		if err := t.latch(a, b, w); err != nil {
+			return err
+		}
+		if atomic.LoadUint32(t.u32(eo+enState)) == b+1 && atomic.LoadUint64(wp) == word {
+			t.own(e)
+		}
+		t.unlatch(a, b)
 	}
 	return nil
 }
@@ -305,8 +327,8 @@ func (t *Table) agentInfo(idx uint32, word uint64) AgentInfo {
 // Word returns the agent word that AgentInfo describes (for change detection).
 func (ai AgentInfo) Word() uint64 { return agentWord(ai.PID, ai.Start, ai.State) }
 
-// Slot ranges for agSlotMask: 64 equal ranges of the slot array.
+// Ranges for agSlotMask and agEntryMask: 64 equal ranges of the n slots (or entries).
 func slotRange(s, n uint32) uint32 { return uint32(uint64(s) * 64 / uint64(n)) }
 
-// rangeEnd is the first slot after range r.
+// rangeEnd is the first slot (entry) after range r.
 func rangeEnd(r, n uint32) uint32 { return uint32((uint64(r+1)*uint64(n) + 63) / 64) }

@@ -22,8 +22,9 @@ import (
 //     belongs to an agent record that is in use; state values are valid;
 //   - every free entry is latched; a live entry's fast word is latched, idle
 //     or held, with empty lists and a counter ≥ its token's low word when
-//     not latched; a fast holder's slot is CLAIMED, points at the entry and
-//     carries the counter's token (checked when quiescent);
+//     not latched; a fast holder is an agent in use that marked the entry's
+//     range (checked when quiescent: see orphan); a reserved slot is only
+//     ever in its own entry's held list, never queued;
 //   - with a == nil (the caller guarantees nothing runs): every latch is free.
 //
 // With a non-nil agent, Check takes every bucket latch (in index order) for a
@@ -62,9 +63,9 @@ func (c *checker) fail(format string, args ...any) {
 
 func (t *Table) check(quiescent bool) error {
 	c := &checker{}
-	nRes, nReq, nAg := uint32(t.l.MaxResources), uint32(t.l.MaxRequests), uint32(t.l.MaxAgents)
+	nRes, nSlots, nAg := uint32(t.l.MaxResources), t.l.slots, uint32(t.l.MaxAgents)
 	inChain := make([]bool, nRes)
-	inList := make([]bool, nReq)
+	inList := make([]bool, nSlots)
 
 	for b := uint32(0); b < t.l.buckets; b++ {
 		bo := t.bucketOff(b)
@@ -133,7 +134,7 @@ func (t *Table) check(quiescent bool) error {
 			c.fail("entry %d: live in bucket %d but not in its chain", e, st-1)
 		}
 	}
-	for s := uint32(0); s < nReq; s++ {
+	for s := uint32(0); s < nSlots; s++ {
 		sw := atomic.LoadUint64(t.u64(t.slotOff(s) + slWord))
 		st := wordState(sw)
 		switch st {
@@ -143,7 +144,15 @@ func (t *Table) check(quiescent bool) error {
 			if !inList[s] {
 				c.fail("slot %d: state %d but in no list", s, st)
 			}
+			if e := s - uint32(t.l.MaxRequests); s >= uint32(t.l.MaxRequests) {
+				if se := atomic.LoadUint32(t.u32(t.slotOff(s) + slEntry)); st != SlotHeld || se != e+1 {
+					c.fail("slot %d: reserved for entry %d but state %d on entry %d", s, e, st, int64(se)-1)
+				}
+			}
 		case SlotClaimed, SlotStolen:
+			if st == SlotClaimed && s >= uint32(t.l.MaxRequests) {
+				c.fail("slot %d: reserved for entry %d but CLAIMED", s, s-uint32(t.l.MaxRequests))
+			}
 			if !quiescent {
 				continue // changes without a latch
 			}
@@ -184,7 +193,7 @@ func (t *Table) check(quiescent bool) error {
 }
 
 func (t *Table) checkEntry(c *checker, e uint32, inList []bool, quiescent bool) {
-	nReq := uint32(t.l.MaxRequests)
+	nReq, nSlots := uint32(t.l.MaxRequests), t.l.slots
 	eo := t.entryOff(e)
 	nHeld := atomic.LoadUint32(t.u32(eo + enNHeld))
 	hMode := atomic.LoadUint32(t.u32(eo + enHMode))
@@ -197,7 +206,7 @@ func (t *Table) checkEntry(c *checker, e uint32, inList []bool, quiescent bool) 
 	next := atomic.LoadUint32(t.u32(eo + enHHead))
 	for next != 0 {
 		s := next - 1
-		if s >= nReq {
+		if s >= nSlots {
 			c.fail("entry %d: held list index %d out of range", e, next)
 			break
 		}
@@ -286,8 +295,9 @@ func (t *Table) checkEntry(c *checker, e uint32, inList []bool, quiescent bool) 
 
 // checkFast verifies entry e's fast word (fast.go). With every latch held,
 // only the fast path changes it, and only between idle and held: the lists
-// and the latched/fast distinction are stable, a fast holder's slot is not
-// (it may be releasing), so that is checked only in a quiescent table.
+// and the latched/fast distinction are stable; whether the holder is an
+// orphan is checked only in a quiescent table (a Close racing with an
+// acquire leaves one for a moment).
 func (t *Table) checkFast(c *checker, e uint32, quiescent bool) {
 	eo := t.entryOff(e)
 	fw := atomic.LoadUint64(t.u64(eo + enFast))
@@ -299,7 +309,7 @@ func (t *Table) checkFast(c *checker, e uint32, quiescent bool) {
 		c.fail("entry %d: fast word %#x is being moved to the held list with no latch owner", e, fw)
 		return
 	}
-	s, held := fastHolder(st)
+	ag, held := fastHolder(st)
 	if st != fastIdle && !held {
 		c.fail("entry %d: invalid fast word %#x", e, fw)
 		return
@@ -315,25 +325,11 @@ func (t *Table) checkFast(c *checker, e uint32, quiescent bool) {
 	if !held {
 		return
 	}
-	if s >= uint32(t.l.MaxRequests) {
-		c.fail("entry %d: fast holder slot %d out of range", e, s)
+	if ag >= uint32(t.l.MaxAgents) {
+		c.fail("entry %d: fast holder agent %d out of range", e, ag)
 		return
 	}
-	if !quiescent {
-		return
-	}
-	so := t.slotOff(s)
-	sw := atomic.LoadUint64(t.u64(so + slWord))
-	if wordState(sw) != SlotClaimed {
-		c.fail("entry %d: fast holder slot %d has state %d, want CLAIMED", e, s, wordState(sw))
-	}
-	if se := atomic.LoadUint32(t.u32(so + slEntry)); se != e+1 {
-		c.fail("entry %d: fast holder slot %d points at entry %d", e, s, int64(se)-1)
-	}
-	if m := atomic.LoadUint32(t.u32(so + slMode)); m != ModeExclusive {
-		c.fail("entry %d: fast holder slot %d has mode %d", e, s, m)
-	}
-	if want := token&^lo32 | uint64(ctr); atomic.LoadUint64(t.u64(so+slToken)) != want {
-		c.fail("entry %d: fast holder slot %d token %d, counter says %d", e, s, atomic.LoadUint64(t.u64(so+slToken)), want)
+	if quiescent && t.orphan(e, ag) {
+		c.fail("entry %d: fast holder agent %d is not in use or never marked the entry (orphan)", e, ag)
 	}
 }

@@ -21,9 +21,9 @@
 //	offset 0                      header        HeaderSize (256)
 //	bucketsOff  = 256             buckets       nBuckets × 16     nBuckets = 2^ceil(log2(2·MaxResources))
 //	entriesOff                    entries       MaxResources × entryStride, entryStride = 64 + align8(MaxNameLen)
-//	slotsOff                      request slots MaxRequests × 64
-//	agentsOff                     agents        MaxAgents × 64
-//	size = agentsOff + 64·MaxAgents
+//	slotsOff                      slots         (MaxRequests + MaxResources) × 64: request slots, then one reserved slot per entry
+//	agentsOff                     agents        MaxAgents × 128
+//	size = agentsOff + 128·MaxAgents
 //
 // # Header
 //
@@ -70,10 +70,13 @@
 //	40     8    hash     latch holder               latch holder       no     Hash(name)
 //	48     4    nameLen  latch holder               latch holder       no     ≤ MaxNameLen
 //	52     4    nWait    latch holder               latch holder       no     = length of queue
-//	56     8    fast     fast path CAS, latch holder everyone          yes    counter<<32 | state: 0 latched, idle, held by slot s (s+1); see fast.go
+//	56     8    fast     fast path CAS, latch holder everyone          yes    counter<<32 | state: 0 latched, idle, held by agent A (A+1); see fast.go
 //	64     …    name     latch holder               latch holder       no     nameLen bytes
 //
 // # Request slot (stride 64)
+//
+// Slots 0..MaxRequests-1 are claimed for requests; slot MaxRequests+e is
+// reserved for entry e's fast holder, moved there by a latch holder (fast.go).
 //
 //	Offset Size Field    Written by                      Read by              Atomic Invariant
 //	0      8    word     claimer CAS, latch holder, owner everyone            yes    serial<<32 | agent<<8 | state
@@ -88,7 +91,7 @@
 //	48     8    granted  latch holder (queue grant)      dump                 no     unix ns, 0 if granted at once
 //	56     8    reserved
 //
-// # Agent record (stride 64): one Manager
+// # Agent record (stride 128): one Manager
 //
 //	Offset Size Field     Written by                 Read by                 Atomic Invariant
 //	0      8    word      registrant CAS, reaper CAS everyone                yes    pid<<32 | start24<<8 | state; 0 free
@@ -99,7 +102,9 @@
 //	36     4    parked    the agent                  granters                yes    goroutines asleep on the doorbell
 //	40     4    stealSeq  stealers, repairers        the agent               yes    bumped when a hold is taken away
 //	48     8    since     registrant                 dump                    yes    unix ns
-//	56     8    slotMask  the agent (before a claim) reapers                 yes    slot ranges ever claimed from
+//	56     8    slotMask  the agent (before a claim) reapers                 yes    slot ranges ever owned (also set by a latch holder moving a fast hold)
+//	64     8    entryMask the agent (before a fast CAS) reapers, orphan check yes   entry ranges ever taken by the fast path
+//	72     56   reserved
 //
 // # Slot state machine
 //
@@ -108,16 +113,17 @@
 //	 ▲  ▲                            │ grant at once (latch)    │ grant by a releaser,
 //	 │  │ owner/reaper (CAS)         ▼                          │ aborter or reaper (latch)
 //	 │  └──────────────────────── HELD ◀──────────────────────┘
-//	 │      release (latch)          │ steal (latch)
-//	 │                               ▼
-//	 └──────── owner (CAS) ──────  STOLEN
+//	 │      release (latch)          │ steal (latch)   ▲
+//	 │                               ▼                 │ reserved slot: its entry's fast
+//	 └──────── owner (CAS) ──────  STOLEN              │ holder moved in by a latch holder
 //
 // WAITING and HELD slots change only under their bucket's latch; CLAIMED and
 // STOLEN slots are in no list and only their owner (or its reaper) frees
-// them. A CLAIMED slot may hold a lock without the latch: an exclusive
-// request on an idle name is granted by one CAS on the entry's fast word,
-// which then names the slot (fast.go; a latch holder that needs the lists
-// first moves such a hold into the held list). The slot words and fast words
-// are the truth: entry lists, counts and chains are a cache that repair
-// rebuilds from them.
+// them. An exclusive request on an idle name is granted without a slot or
+// the latch, by one CAS on the entry's fast word, which then names the
+// agent; its Ref is the entry's reserved slot with the fast counter as the
+// serial (fast.go; a latch holder that needs the lists first moves such a
+// hold into the reserved slot, as a HELD slot of that agent). The slot words
+// and fast words are the truth: entry lists, counts and chains are a cache
+// that repair rebuilds from them.
 package table

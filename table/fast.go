@@ -3,8 +3,8 @@ package table
 import "sync/atomic"
 
 // The fast path: an exclusive request on a name that nobody holds or waits
-// for is granted by one CAS on the entry's fast word, without the bucket
-// latch, and released by another.
+// for is granted by one CAS on the entry's fast word, without a request slot
+// or the bucket latch, and released by another.
 //
 // Fast word (entry offset enFast, 64 bits, atomic):
 //
@@ -15,10 +15,12 @@ import "sync/atomic"
 //	                        Free entries are latched, and so is a zeroed file.
 //	state fastIdle          idle: no holder, no waiter (both lists empty);
 //	                        the next exclusive request CASes it to held.
-//	state s+1               held by slot s, exclusively, by the fast path;
-//	                        both lists are empty and slot s is CLAIMED by the
-//	                        holder with its entry field naming this entry.
-//	state fastInfl | s+1    being moved into the held list by a latch holder
+//	state A+1               held exclusively by agent A through the fast
+//	                        path; both lists are empty. The holder's Ref is
+//	                        the entry's reserved slot F(e) = MaxRequests+e
+//	                        with the counter as its serial: it needs no slot
+//	                        claim, and no slot word says anything yet.
+//	state fastInfl | A+1    being moved into the held list by a latch holder
 //	                        (only under the latch: repair finishes it).
 //
 // Tokens: while the entry is idle or fast-held, its token counter is
@@ -26,67 +28,83 @@ import "sync/atomic"
 // moves the counter up by one in the same CAS that takes the entry, so two
 // grants never share a token. Whoever latches the entry (own) first folds the
 // counter into the entry's token. A counter at 2^32-1 is never taken by the
-// fast path: the latched path carries into the high word.
+// fast path: the latched path carries into the high word. An entry's counter
+// never goes back, not even when the entry is freed and given to another name
+// (nameEntry), so a fast word value, and with it a fast Ref, is never
+// reused for another grant (short of 2^32 grants on one entry).
 //
 // Transitions:
 //
-//	idle  → held(s)      fast acquirer, CAS (counter+1), no latch
-//	held(s) → idle       its holder's release, CAS, no latch
+//	idle  → held(A)      fast acquirer, CAS (counter+1), no latch
+//	held(A) → idle       its holder's release, CAS on the exact word, no latch
 //	idle  → latched      a latch holder about to queue, steal, share, rename
 //	                     or free the entry (own, latchIdle)
-//	held(s) → infl(s) → latched
-//	                     a latch holder that needs the lists (own): slot s is
-//	                     linked into the held list and marked HELD; the
-//	                     holder's release CAS then fails and it releases
-//	                     under the latch like any other holder
+//	held(A) → infl(A) → latched
+//	                     a latch holder that needs the lists (own): F(e) is
+//	                     made A's HELD slot (serial = counter) and linked
+//	                     into the held list; the holder's release CAS then
+//	                     fails and it releases F(e) under the latch like any
+//	                     other holder
+//	held(A) → latched    a latch holder that finds the hold orphaned (A's
+//	                     record is not in use, or never marked the entry's
+//	                     range: see orphan): the hold is dropped
 //	latched → idle       the latch holder that leaves the entry empty (arm)
 //
-// A fast acquirer reads the bucket chain and the name without the latch, so
-// it may CAS an entry that was renamed or moved meanwhile (the counter makes
-// such an ABA rare, not impossible). Once its CAS succeeded nobody can rename
-// or free the entry, so it checks the entry's bucket and name again and, if
-// they are not what it looked for, releases what it took and starts over.
+// A fast acquirer sets the entry's range bit in its agent record (agEntryMask)
+// before its CAS, so a reaper finds every fast hold of a dead agent by
+// scanning only those ranges, and a fast word that names an agent whose bit
+// is not set is known to be an orphan. It reads the bucket chain and the name
+// without the latch, so it may CAS an entry that was renamed or moved
+// meanwhile (the counter makes such an ABA rare, not impossible). Once its
+// CAS succeeded nobody can rename or free the entry, so it checks the entry's
+// bucket and name again and, if they are not what it looked for, releases
+// what it took and starts over.
 const (
-	fastLatched  = 0
-	fastIdle     = 1 << 31
-	fastInfl     = 1 << 30
-	fastSlotMask = 1<<30 - 1
-	lo32         = 1<<32 - 1
+	fastLatched   = 0
+	fastIdle      = 1 << 31
+	fastInfl      = 1 << 30
+	fastAgentMask = 1<<24 - 1
+	lo32          = 1<<32 - 1
 )
 
 func fastWord(counter, state uint32) uint64 { return uint64(counter)<<32 | uint64(state) }
 
-// fastHolder reports the slot that fast state st names (held or being
+// fastHolder reports the agent that fast state st names (held or being
 // inflated), if any.
 func fastHolder(st uint32) (uint32, bool) {
-	if st == fastLatched || st == fastIdle || st&^(fastInfl|fastSlotMask) != 0 || st&fastSlotMask == 0 {
+	if st == fastLatched || st == fastIdle || st&^(fastInfl|fastAgentMask) != 0 || st&fastAgentMask == 0 {
 		return 0, false
 	}
-	return st&fastSlotMask - 1, true
+	return st&fastAgentMask - 1, true
 }
 
 // fastState is the outcome of fastAcquire.
 type fastState int
 
 const (
-	fastMiss    fastState = iota // not taken: use the latch path with the same slot
+	fastMiss    fastState = iota // not taken: use the latch path
 	fastGranted                  // granted
-	fastUndone                   // took the wrong entry and gave it back: the slot is freed
+	fastUndone                   // took the wrong entry and gave it back: try again
 )
 
 // fastChainSteps bounds the latch-free walk of a bucket chain (chains are
 // short: the table has twice as many buckets as entries).
 const fastChainSteps = 4
 
-// fastAcquire tries to grant claimed slot s an exclusive hold on name
-// (bucket b) with one CAS on an idle entry's fast word.
-func (t *Table) fastAcquire(a *Agent, s, serial, b uint32, name string, h uint64, w *Wakes) (uint64, fastState) {
+// entryRange is the range of entry e in agEntryMask (64 equal ranges).
+func (t *Table) entryRange(e uint32) uint32 {
+	return uint32(uint64(e) * 64 / uint64(t.l.MaxResources))
+}
+
+// fastAcquire tries to grant agent a an exclusive hold on name (bucket b)
+// with one CAS on an idle entry's fast word.
+func (t *Table) fastAcquire(a *Agent, b uint32, name string, h uint64, w *Wakes) (Ref, uint64, fastState) {
 	nRes := uint32(t.l.MaxResources)
 	next := atomic.LoadUint32(t.u32(t.bucketOff(b) + bkHead))
 	for steps := 0; next != 0 && steps < fastChainSteps; steps++ {
 		e := next - 1
 		if e >= nRes {
-			return 0, fastMiss
+			return Ref{}, 0, fastMiss
 		}
 		eo := t.entryOff(e)
 		fp := t.u64(eo + enFast)
@@ -94,33 +112,35 @@ func (t *Table) fastAcquire(a *Agent, s, serial, b uint32, name string, h uint64
 		if uint32(v) == fastIdle && t.ld64(eo+enHash) == h && t.nameIs(eo, name) {
 			ctr := uint32(v >> 32)
 			if ctr == lo32 {
-				return 0, fastMiss // the counter carries: the latch path does it
+				return Ref{}, 0, fastMiss // the counter carries: the latch path does it
 			}
-			so := t.slotOff(s)
-			t.st32(so+slEntry, e+1)
-			t.st32(so+slMode, ModeExclusive)
-			t.st32(so+slFlags, 0)
-			t.st64(so+slGrant, 0)
-			t.st64(so+slToken, t.ld64(eo+enToken)&^lo32|uint64(ctr+1))
-			if !atomic.CompareAndSwapUint64(fp, v, fastWord(ctr+1, s+1)) {
-				return 0, fastMiss
+			// Mark the entry's range before taking it, so a reaper of ours
+			// finds the hold (no atomic once the range is marked).
+			if bit := uint64(1) << t.entryRange(e); atomic.LoadUint64(a.entryMask)&bit == 0 {
+				atomic.OrUint64(a.entryMask, bit)
+			}
+			held := fastWord(ctr+1, a.Idx+1)
+			if !atomic.CompareAndSwapUint64(fp, v, held) {
+				return Ref{}, 0, fastMiss
 			}
 			crash("fast.held")
+			ref := Ref{Slot: t.fastSlot(e), Serial: ctr + 1, Bucket: b}
 			if atomic.LoadUint32(t.u32(eo+enState)) != b+1 || t.ld64(eo+enHash) != h || !t.nameIs(eo, name) {
 				// Renamed or moved between our look and our CAS: give it back.
-				t.Release(a, Ref{Slot: s, Serial: serial, Bucket: atomic.LoadUint32(t.u32(eo+enState)) - 1}, w)
-				return 0, fastUndone
+				if !atomic.CompareAndSwapUint64(fp, held, fastWord(ctr+1, fastIdle)) {
+					ref.Bucket = atomic.LoadUint32(t.u32(eo+enState)) - 1
+					t.Release(a, ref, w) // moved to the held list meanwhile
+				}
+				return Ref{}, 0, fastUndone
 			}
 			// The entry's token is stable now (only a latch holder changes
-			// it, and only after moving us to the held list, where it keeps
-			// our token): this is the token the CAS reserved.
-			token := t.ld64(eo+enToken)&^lo32 | uint64(ctr+1)
-			t.st64(so+slToken, token)
-			return token, fastGranted
+			// it, and only by folding in our counter, which keeps our token):
+			// this is the token the CAS reserved.
+			return ref, t.ld64(eo+enToken)&^lo32 | uint64(ctr+1), fastGranted
 		}
 		next = atomic.LoadUint32(t.u32(eo + enNext))
 	}
-	return 0, fastMiss
+	return Ref{}, 0, fastMiss
 }
 
 // nameIs compares entry eo's name with name, reading without the latch (a
@@ -131,22 +151,37 @@ func (t *Table) nameIs(eo uint64, name string) bool {
 	return int(n) == len(name) && len(name) <= t.l.MaxNameLen && t.entryName(eo, n) == name
 }
 
-// fastRelease gives up the fast hold of claimed slot s (word sw). It
-// reports false when the hold was moved to the held list meanwhile (the
-// caller then releases under the latch).
-func (t *Table) fastRelease(s uint32, sw uint64) bool {
-	e := t.ld32(t.slotOff(s)+slEntry) - 1
+// fastRelease gives up fast hold r of agent a (r.Slot is an entry's
+// reserved slot, r.Serial the counter of the grant): one CAS on the exact
+// fast word. It reports false when the hold is no longer a fast hold (moved
+// to the held list, stolen, reaped) or not a's.
+func (t *Table) fastRelease(a *Agent, r Ref) bool {
+	e := r.Slot - uint32(t.l.MaxRequests)
 	if e >= uint32(t.l.MaxResources) {
 		return false
 	}
 	fp := t.u64(t.entryOff(e) + enFast)
-	v := atomic.LoadUint64(fp)
-	if uint32(v) != s+1 || !atomic.CompareAndSwapUint64(fp, v, v&^lo32|fastIdle) {
+	if !atomic.CompareAndSwapUint64(fp, fastWord(r.Serial, a.Idx+1), fastWord(r.Serial, fastIdle)) {
 		return false
 	}
 	crash("fast.released")
-	atomic.CompareAndSwapUint64(t.u64(t.slotOff(s)+slWord), sw, slotWord(wordSerial(sw), wordAgent(sw), SlotFree))
 	return true
+}
+
+// fastHeld reports whether r is a fast hold of agent a (or one a latch
+// holder is moving to the held list right now), and its token. Read without
+// the latch.
+func (t *Table) fastHeld(a *Agent, r Ref) (uint64, bool) {
+	e := r.Slot - uint32(t.l.MaxRequests)
+	if e >= uint32(t.l.MaxResources) {
+		return 0, false
+	}
+	eo := t.entryOff(e)
+	v := atomic.LoadUint64(t.u64(eo + enFast))
+	if v&^fastInfl != fastWord(r.Serial, a.Idx+1) {
+		return 0, false
+	}
+	return atomic.LoadUint64(t.u64(eo+enToken))&^lo32 | uint64(r.Serial), true
 }
 
 // ---- under the latch of the entry's bucket ----
@@ -157,11 +192,12 @@ func (t *Table) foldCounter(eo uint64, ctr uint32) {
 }
 
 // own latches entry e: afterwards its lists are the truth. An idle entry is
-// taken from the fast path; a fast holder is moved into the held list.
+// taken from the fast path; a fast holder is moved into the held list (an
+// orphaned one is dropped).
 func (t *Table) own(e uint32) { t.ownEntry(e, true) }
 
 // ownEntry is own; with link false (repair, which rebuilds every list from
-// the slot words afterwards) a fast holder's slot is only marked HELD.
+// the slot words afterwards) a fast holder's reserved slot is only made HELD.
 func (t *Table) ownEntry(e uint32, link bool) {
 	eo := t.entryOff(e)
 	fp := t.u64(eo + enFast)
@@ -180,11 +216,18 @@ func (t *Table) ownEntry(e uint32, link bool) {
 			t.inflate(e, v, link) // left half done by a dead latch owner
 			return
 		default:
-			if _, ok := fastHolder(st); !ok {
+			ag, ok := fastHolder(st)
+			if !ok {
 				atomic.StoreUint64(fp, fastLatched) // garbage: the checker reports such words
 				return
 			}
 			t.foldCounter(eo, ctr)
+			if t.orphan(e, ag) {
+				if atomic.CompareAndSwapUint64(fp, v, fastLatched) {
+					return
+				}
+				continue
+			}
 			if atomic.CompareAndSwapUint64(fp, v, v|fastInfl) {
 				crash("fast.inflating")
 				t.inflate(e, v|fastInfl, link)
@@ -194,32 +237,57 @@ func (t *Table) ownEntry(e uint32, link bool) {
 	}
 }
 
+// orphan reports whether a fast hold of entry e by agent ag can have no
+// owner: ag's record is not in use (a process that died between a Close of
+// its Manager and an acquire racing with it), or ag never marked e's range
+// (the record was reused by another process). A live holder always marked
+// the range before its CAS.
+func (t *Table) orphan(e, ag uint32) bool {
+	if ag >= uint32(t.l.MaxAgents) {
+		return true
+	}
+	off := t.agentOff(ag)
+	if wordState(atomic.LoadUint64(t.u64(off+agWord))) != AgentAlive {
+		return true
+	}
+	return atomic.LoadUint64(t.u64(off+agEntryMask))&(1<<t.entryRange(e)) == 0
+}
+
 // inflate finishes moving the fast holder named by fast word v (state
-// fastInfl|s+1) into e's held list (with link false: only marks its slot
-// HELD). The counter in v is the holder's: it does not move while the word
-// says inflating.
+// fastInfl|A+1) into e's held list: e's reserved slot becomes A's HELD slot,
+// with the counter as its serial (with link false: only the slot). The
+// counter in v is the holder's: it does not move while the word says
+// inflating. Every step can be redone: repair finishes what a dead latch
+// owner began.
 func (t *Table) inflate(e uint32, v uint64, link bool) {
 	eo := t.entryOff(e)
-	t.foldCounter(eo, uint32(v>>32)) // again: a dead owner may have stopped anywhere
-	s, _ := fastHolder(uint32(v))
-	if s < uint32(t.l.MaxRequests) && (!link || t.listsEmpty(eo)) {
-		so := t.slotOff(s)
-		sp := t.u64(so + slWord)
-		sw := atomic.LoadUint64(sp)
-		if t.ld32(so+slEntry) == e+1 && (wordState(sw) == SlotClaimed || wordState(sw) == SlotHeld) {
-			t.st64(so+slToken, t.ld64(eo+enToken))
-			t.st32(so+slMode, ModeExclusive)
-			if link {
-				t.st32(so+slPrev, 0)
-				t.st32(so+slNext, 0)
-				t.st32(eo+enHHead, s+1)
-				t.st32(eo+enNHeld, 1)
-				t.st32(eo+enHMode, ModeExclusive)
-			}
-			if wordState(sw) == SlotClaimed {
-				atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), wordAgent(sw), SlotHeld))
-			}
+	ctr := uint32(v >> 32)
+	t.foldCounter(eo, ctr) // again: a dead owner may have stopped anywhere
+	ag, _ := fastHolder(uint32(v))
+	s := t.fastSlot(e)
+	so := t.slotOff(s)
+	sp := t.u64(so + slWord)
+	want := slotWord(ctr, ag, SlotHeld)
+	if ag < uint32(t.l.MaxAgents) && (!link || t.listsEmpty(eo) || atomic.LoadUint64(sp) == want) {
+		// The holder's reapers must find the slot: mark its range first.
+		am := t.u64(t.agentOff(ag) + agSlotMask)
+		if bit := uint64(1) << slotRange(s, t.l.slots); atomic.LoadUint64(am)&bit == 0 {
+			atomic.OrUint64(am, bit)
 		}
+		t.st32(so+slEntry, e+1)
+		t.st32(so+slMode, ModeExclusive)
+		t.st32(so+slFlags, 0)
+		t.st64(so+slToken, t.ld64(eo+enToken))
+		t.st64(so+slGrant, 0)
+		t.st64(so+slEnqueue, 0)
+		if link && t.listsEmpty(eo) {
+			t.st32(so+slPrev, 0)
+			t.st32(so+slNext, 0)
+			t.st32(eo+enHHead, s+1)
+			t.st32(eo+enNHeld, 1)
+			t.st32(eo+enHMode, ModeExclusive)
+		}
+		atomic.StoreUint64(sp, want)
 	}
 	atomic.StoreUint64(t.u64(eo+enFast), fastLatched)
 }
@@ -258,59 +326,43 @@ func (t *Table) arm(eo uint64) {
 	}
 }
 
-// fastHolds reports whether claimed slot s is the fast holder of its entry
-// (or is being moved to the held list), read without the latch.
-func (t *Table) fastHolds(s uint32) bool {
-	e := atomic.LoadUint32(t.u32(t.slotOff(s)+slEntry)) - 1
-	if e >= uint32(t.l.MaxResources) {
+// Holds reports whether request r belongs to agent a and holds its lock (in
+// the held list, or by the fast path), read without the latch.
+func (t *Table) Holds(a *Agent, r Ref) bool {
+	if r.Slot >= t.l.slots {
 		return false
 	}
-	h, ok := fastHolder(uint32(atomic.LoadUint64(t.u64(t.entryOff(e) + enFast))))
-	return ok && h == s
-}
-
-// Holds reports whether slot s belongs to agent a and holds its lock (in the
-// held list, or by the fast path), read without the latch.
-func (t *Table) Holds(a *Agent, s uint32) bool {
-	if s >= uint32(t.l.MaxRequests) {
-		return false
+	if _, ok := t.fastHeld(a, r); ok {
+		return true
 	}
-	sp := t.u64(t.slotOff(s) + slWord)
+	// Not a fast hold (any more): a HELD slot, unless the fast hold was
+	// being moved there and we read its slot too early; look once more.
+	sp := t.u64(t.slotOff(r.Slot) + slWord)
 	for tries := 0; tries < 3; tries++ {
-		sw := atomic.LoadUint64(sp)
-		if wordAgent(sw) != a.Idx {
+		if atomic.LoadUint64(sp) == slotWord(r.Serial, a.Idx, SlotHeld) {
+			return true
+		}
+		if _, ok := t.fastHeld(a, r); !ok {
 			return false
 		}
-		switch wordState(sw) {
-		case SlotHeld:
-			return true
-		case SlotClaimed:
-			if t.fastHolds(s) {
-				return true
-			}
-			if atomic.LoadUint64(sp) != sw {
-				continue // moved to the held list meanwhile: look again
-			}
-		}
-		return false
 	}
 	return false
 }
 
-// ClaimsSettled reports whether no slot of agent a is CLAIMED except its
-// fast holds: no request of a is between its claim and its outcome.
+// ClaimsSettled reports whether no slot of agent a is CLAIMED: no request
+// of a is between its claim and its outcome.
 func (t *Table) ClaimsSettled(a *Agent) bool {
 	settled := true
 	Guard(func() error {
 		mask := atomic.LoadUint64(a.slotMask)
 		n := uint32(t.l.MaxRequests)
 		for s := uint32(0); s < n; s++ {
-			if r := slotRange(s, n); mask&(1<<r) == 0 {
-				s = rangeEnd(r, n) - 1
+			if r := slotRange(s, t.l.slots); mask&(1<<r) == 0 {
+				s = rangeEnd(r, t.l.slots) - 1
 				continue
 			}
 			sw := atomic.LoadUint64(t.u64(t.slotOff(s) + slWord))
-			if wordAgent(sw) == a.Idx && wordState(sw) == SlotClaimed && !t.fastHolds(s) {
+			if wordAgent(sw) == a.Idx && wordState(sw) == SlotClaimed {
 				settled = false
 				return nil
 			}

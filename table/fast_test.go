@@ -1,6 +1,7 @@
 package table
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -65,16 +66,20 @@ func (f *fastEnv) fastWordOf(a *Agent, name string) uint64 {
 }
 
 // fastHold uses name once (so that its entry is idle) and then takes it by
-// the fast path: the slot stays CLAIMED.
+// the fast path: the Ref is the entry's reserved slot.
 func (f *fastEnv) fastHold(a *Agent, name string) (Ref, uint64) {
 	f.t.Helper()
 	r, _, _ := f.acquire(a, name, ModeExclusive, false)
 	require.NoError(f.t, f.release(a, r))
 	r, out, tok := f.acquire(a, name, ModeExclusive, false)
 	require.Equal(f.t, Granted, out)
-	require.Equal(f.t, uint8(SlotClaimed), f.slotState(r), "granted by the fast path")
+	require.True(f.t, f.isFast(r), "granted by the fast path")
 	return r, tok
 }
+
+// isFast reports whether r was granted by the fast path (its slot is an
+// entry's reserved one).
+func (f *fastEnv) isFast(r Ref) bool { return r.Slot >= uint32(f.tb.l.MaxRequests) }
 
 func (f *fastEnv) slotState(r Ref) uint8 {
 	return wordState(atomic.LoadUint64(f.tb.u64(f.tb.slotOff(r.Slot) + slWord)))
@@ -91,14 +96,19 @@ func TestFastGrantAndInflate(t *testing.T) {
 	require.NoError(t, f.release(a, r))
 	require.Equal(t, uint32(fastIdle), uint32(f.fastWordOf(a, "x")))
 
-	// Now it is granted by the fast path: the slot stays CLAIMED and the
-	// entry's fast word names it.
+	// Now it is granted by the fast path: no slot is claimed, the entry's
+	// fast word names the agent and the Ref is the entry's reserved slot.
+	usage := f.tb.Usage()
 	r, out, tok2 := f.acquire(a, "x", ModeExclusive, false)
 	require.Equal(t, Granted, out)
 	require.Greater(t, tok2, tok1)
-	require.Equal(t, uint8(SlotClaimed), f.slotState(r))
-	require.Equal(t, r.Slot+1, uint32(f.fastWordOf(a, "x")))
-	require.True(t, f.tb.Holds(a, r.Slot))
+	require.True(t, f.isFast(r))
+	require.Equal(t, uint8(SlotFree), f.slotState(r), "no slot word says anything yet")
+	require.Equal(t, a.Idx+1, uint32(f.fastWordOf(a, "x")))
+	require.Equal(t, usage.Slots, f.tb.Usage().Slots, "no request slot is used")
+	require.True(t, f.tb.Holds(a, r))
+	require.False(t, f.tb.Holds(b, r))
+	require.False(t, f.tb.Holds(a, Ref{Slot: r.Slot, Serial: r.Serial - 1, Bucket: r.Bucket}), "an earlier grant's Ref")
 	held, pending, err := f.tb.Snapshot(a)
 	require.NoError(t, err)
 	require.Len(t, held, 1)
@@ -111,7 +121,7 @@ func TestFastGrantAndInflate(t *testing.T) {
 	require.Equal(t, Queued, out)
 	require.Equal(t, uint8(SlotHeld), f.slotState(r), "the fast holder was moved into the held list")
 	require.Equal(t, uint32(fastLatched), uint32(f.fastWordOf(a, "x")))
-	require.True(t, f.tb.Holds(a, r.Slot))
+	require.True(t, f.tb.Holds(a, r))
 
 	// A's release fails its CAS and goes through the latch, granting B.
 	require.NoError(t, f.release(a, r))
@@ -143,7 +153,7 @@ func TestFastTokensCarry(t *testing.T) {
 		require.Equal(t, Granted, out)
 		require.Greater(t, tok, last, "tokens strictly increase through the counter's end")
 		last = tok
-		if f.slotState(r) == SlotClaimed {
+		if f.isFast(r) {
 			fast++
 		}
 		require.NoError(t, f.release(a, r))
@@ -162,7 +172,7 @@ func TestFastHoldStolen(t *testing.T) {
 	require.Equal(t, Granted, out)
 	require.Greater(t, tokB, tokA)
 	require.Equal(t, uint8(SlotStolen), f.slotState(r))
-	require.False(t, f.tb.Holds(a, r.Slot))
+	require.False(t, f.tb.Holds(a, r))
 	require.ErrorIs(t, f.release(a, r), ErrStolen)
 	require.NoError(t, f.release(b, rb))
 	require.NoError(t, f.tb.Check(nil))
@@ -191,7 +201,7 @@ func TestFastHoldReaped(t *testing.T) {
 	// A dead fast holder with nobody waiting: the reap leaves the name idle.
 	c := f.agent(103)
 	rc, _, _ := f.acquire(c, "x", ModeExclusive, false)
-	require.Equal(t, uint8(SlotClaimed), f.slotState(rc))
+	require.True(t, f.isFast(rc))
 	f.live.kill(103)
 	_, err = f.tb.ReapDead(b, &w)
 	require.NoError(t, err)
@@ -248,7 +258,7 @@ func TestFastIdleEntriesShareBucket(t *testing.T) {
 	ry, _, _ := f.acquire(a, y, ModeExclusive, false)
 	require.NoError(t, f.release(a, rx))
 	rx, _, _ = f.acquire(a, x, ModeExclusive, false)
-	require.Equal(t, uint8(SlotClaimed), f.slotState(rx), "x by the fast path")
+	require.True(t, f.isFast(rx), "x by the fast path")
 	require.NoError(t, f.release(a, ry)) // cannot free x's entry: it is held
 	require.NoError(t, f.release(a, rx)) // fast: leaves a second idle entry
 	require.Equal(t, uint32(fastIdle), uint32(f.fastWordOf(a, x)))
@@ -261,5 +271,120 @@ func TestFastIdleEntriesShareBucket(t *testing.T) {
 	require.Equal(t, 1, f.tb.Usage().Idle)
 	require.Equal(t, 1, f.tb.Usage().Entries)
 	require.NoError(t, f.release(a, rz))
+	require.NoError(t, f.tb.Check(nil))
+}
+
+// A fast hold's Ref is the entry's reserved slot with the counter as its
+// serial, so it must never match a later grant on the entry. Renaming an
+// entry keeps its counter's low word going (renamedToken): here the new
+// name's bucket has a high-water mark whose low word is 0, which would
+// restart the counter at 1 and let A's stale Ref from before the rename
+// release A's own later hold of the new name.
+func TestFastRefNeverMatchesALaterGrant(t *testing.T) {
+	installFakeLiveness(t)
+	f := &fastEnv{t: t, tb: newTestTable(t, Geometry{MaxResources: 1, MaxRequests: 16, MaxAgents: 4, MaxNameLen: 16})}
+	a, b := f.agent(101), f.agent(102)
+	var x, y string
+	for i := 0; y == ""; i++ {
+		n := fmt.Sprintf("n%d", i)
+		switch {
+		case x == "":
+			x = n
+		case f.tb.BucketOf(Hash(n)) != f.tb.BucketOf(Hash(x)):
+			y = n
+		}
+	}
+	stale, _ := f.fastHold(a, x)
+	rb, out, _ := f.acquire(b, x, ModeExclusive, true) // B steals x: A's hold is gone
+	require.Equal(t, Granted, out)
+	require.NoError(t, f.release(b, rb))
+
+	*f.tb.u64(f.tb.bucketOff(f.tb.BucketOf(Hash(y))) + bkMaxToken) = 5 << 32
+	ry, _, _ := f.acquire(b, y, ModeExclusive, false) // the only entry is renamed to y
+	require.False(t, f.isFast(ry), "a new name is granted under the latch")
+	require.NoError(t, f.release(b, ry))
+	var last uint64
+	for i := 0; i < int(stale.Serial)+5; i++ {
+		r, out, tok := f.acquire(a, y, ModeExclusive, false)
+		require.Equal(t, Granted, out)
+		require.True(t, f.isFast(r))
+		require.Equal(t, stale.Slot, r.Slot, "the same entry, so the same reserved slot")
+		require.Greater(t, tok, max(last, uint64(5)<<32), "y's tokens exceed its bucket's high-water mark and increase")
+		last = tok
+		var w Wakes
+		err := f.tb.Release(a, stale, &w)
+		require.Error(t, err, "round %d: the stale Ref released something", i)
+		require.True(t, f.tb.Holds(a, r), "round %d: A's hold of y survives the stale Release", i)
+		f.check(a)
+		require.NoError(t, f.release(a, r))
+	}
+	require.NoError(t, f.tb.Check(nil))
+}
+
+func TestRenamedToken(t *testing.T) {
+	for _, c := range []struct{ bucketMax, old, want uint64 }{
+		{0, 0, 0},
+		{0, 7, 7},
+		{9, 7, 1<<32 | 7},
+		{5 << 32, 7, 5<<32 | 7},
+		{5<<32 | 9, 7, 6<<32 | 7},
+		{3, 2<<32 | 1, 2<<32 | 1},
+		{lo32, 0, 1 << 32},
+	} {
+		got := renamedToken(c.bucketMax, c.old)
+		require.Equal(t, c.want, got, "bucketMax %#x old %#x", c.bucketMax, c.old)
+		require.GreaterOrEqual(t, got, max(c.bucketMax, c.old))
+		require.Equal(t, uint32(c.old), uint32(got))
+	}
+}
+
+// A fast word can name an agent that cannot own it: a process that died
+// right after its acquire raced with the Close of its Manager (its record
+// was freed), or whose record was then taken by another process (which never
+// marked the entry's range). The checker reports such an orphan in a
+// quiescent table, and the next latch holder drops it.
+func TestFastOrphanDropped(t *testing.T) {
+	for _, reuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("record reused=%v", reuse), func(t *testing.T) {
+			f := newFastEnv(t)
+			a, b := f.agent(101), f.agent(102)
+			_, tokA := f.fastHold(a, "x")
+			// A's record is freed under its fast hold (as a Deregister that
+			// missed an acquire in flight would).
+			*f.tb.u64(f.tb.agentOff(a.Idx) + agWord) = 0
+			if reuse {
+				c := f.agent(103)
+				for c.Idx != a.Idx { // take the same record
+					c = f.agent(103 + int(c.Idx) + 1)
+				}
+			}
+			err := f.tb.Check(nil)
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.Contains(t, err.Error(), "orphan")
+			rb, out, tokB := f.acquire(b, "x", ModeExclusive, false)
+			require.Equal(t, Granted, out, "the orphaned hold was dropped")
+			require.Greater(t, tokB, tokA)
+			require.NoError(t, f.release(b, rb))
+			require.NoError(t, f.tb.Check(nil))
+		})
+	}
+}
+
+// The reserved slots are only ever in their own entry's held list: the
+// checker reports one that is queued, or held on another entry.
+func TestReservedSlotMisuseReported(t *testing.T) {
+	f := newFastEnv(t)
+	a, b := f.agent(101), f.agent(102)
+	r, _ := f.fastHold(a, "x")
+	_, out, _ := f.acquire(b, "x", ModeExclusive, false) // A's hold moves into its reserved slot
+	require.Equal(t, Queued, out)
+	require.Equal(t, uint8(SlotHeld), f.slotState(r))
+	so := f.tb.slotOff(r.Slot)
+	e := *f.tb.u32(so + slEntry)
+	*f.tb.u32(so + slEntry) = e + 1 // claims to hold another entry
+	err := f.tb.Check(nil)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.Contains(t, err.Error(), "reserved for entry")
+	*f.tb.u32(so + slEntry) = e
 	require.NoError(t, f.tb.Check(nil))
 }

@@ -15,12 +15,12 @@ import (
 // sync/atomic works on them also under GOARCH=386 (the mapping is page aligned).
 const (
 	Magic         = "SHMLOCK1"
-	FormatVersion = 3 // 3: Hash reads 8 bytes a step (2: FNV-1a byte by byte)
+	FormatVersion = 4 // 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
 
 	HeaderSize = 256 // bytes; region 0
 	BucketSize = 16  // bytes per bucket
 	SlotSize   = 64  // bytes per request slot
-	AgentSize  = 64  // bytes per agent record
+	AgentSize  = 128 // bytes per agent record
 	entryFixed = 64  // bytes of an entry before its name
 
 	// Limits of the geometry, enforced at creation and on open.
@@ -81,11 +81,14 @@ const (
 	enHash    = 40 // uint64: hash of the name
 	enNameLen = 48 // uint32
 	enNWait   = 52 // uint32: number of waiting slots
-	enFast    = 56 // uint64: counter<<32 | fast state (see fast.go): idle, held by one slot, or latched (0)
+	enFast    = 56 // uint64: counter<<32 | fast state (see fast.go): idle, held by one agent, or latched (0)
 	enName    = 64 // [MaxNameLen]byte
 )
 
-// Slot field offsets (stride SlotSize).
+// Slot field offsets (stride SlotSize). The slot array has MaxRequests
+// request slots, claimed by agents, then one reserved slot per entry
+// (MaxResources of them): slot MaxRequests+e is where a latch holder moves
+// the fast holder of entry e when it needs the entry's lists (fast.go).
 const (
 	slWord    = 0  // uint64: serial<<32 | agent<<8 | state
 	slEntry   = 8  // uint32: entry index+1 (WAITING, HELD; informational when STOLEN)
@@ -101,15 +104,17 @@ const (
 
 // Agent field offsets (stride AgentSize).
 const (
-	agWord     = 0  // uint64: pid<<32 | start24<<8 | state
-	agStart    = 8  // uint64: process start time (clock ticks since boot)
-	agBoot     = 16 // uint64: hash of the boot id of the agent's kernel
-	agNonce    = 24 // uint64: random per Manager; client id and doorbell name
-	agBell     = 32 // uint32: doorbell sequence, bumped by whoever grants to or steals from this agent
-	agParked   = 36 // uint32: number of the agent's goroutines asleep on the doorbell
-	agStealSeq = 40 // uint32: bumped when a lock of this agent is stolen or reaped
-	agSince    = 48 // int64: unix nanoseconds of registration
-	agSlotMask = 56 // uint64: bit r set once the agent claimed a slot in range r (of 64 equal ranges); reapers scan only those
+	agWord      = 0  // uint64: pid<<32 | start24<<8 | state
+	agStart     = 8  // uint64: process start time (clock ticks since boot)
+	agBoot      = 16 // uint64: hash of the boot id of the agent's kernel
+	agNonce     = 24 // uint64: random per Manager; client id and doorbell name
+	agBell      = 32 // uint32: doorbell sequence, bumped by whoever grants to or steals from this agent
+	agParked    = 36 // uint32: number of the agent's goroutines asleep on the doorbell
+	agStealSeq  = 40 // uint32: bumped when a lock of this agent is stolen or reaped
+	agSince     = 48 // int64: unix nanoseconds of registration
+	agSlotMask  = 56 // uint64: bit r set once the agent owned a slot in range r (of 64 equal ranges of all slots); reapers scan only those
+	agEntryMask = 64 // uint64: bit r set once the agent took an entry of range r (of 64 equal ranges) by the fast path
+	// 72..128 reserved (0)
 )
 
 // Slot states (low 8 bits of the slot word).
@@ -157,6 +162,7 @@ var DefaultGeometry = Geometry{MaxResources: 4096, MaxRequests: 32768, MaxAgents
 type layout struct {
 	Geometry
 	buckets     uint32
+	slots       uint32 // MaxRequests request slots + MaxResources reserved ones
 	entryStride uint32
 	bucketsOff  uint64
 	entriesOff  uint64
@@ -189,11 +195,12 @@ func align8(v uint64) uint64 { return (v + 7) &^ 7 }
 func (g Geometry) layout() layout {
 	l := layout{Geometry: g}
 	l.buckets = 1 << bits.Len32(uint32(2*g.MaxResources-1))
+	l.slots = uint32(g.MaxRequests + g.MaxResources)
 	l.entryStride = uint32(entryFixed + align8(uint64(g.MaxNameLen)))
 	l.bucketsOff = HeaderSize
 	l.entriesOff = l.bucketsOff + uint64(l.buckets)*BucketSize
 	l.slotsOff = l.entriesOff + uint64(g.MaxResources)*uint64(l.entryStride)
-	l.agentsOff = l.slotsOff + uint64(g.MaxRequests)*SlotSize
+	l.agentsOff = l.slotsOff + uint64(l.slots)*SlotSize
 	l.size = l.agentsOff + uint64(g.MaxAgents)*AgentSize
 	return l
 }
@@ -299,6 +306,9 @@ func (t *Table) bucketOff(b uint32) uint64 { return t.l.bucketsOff + uint64(b)*B
 func (t *Table) entryOff(e uint32) uint64  { return t.l.entriesOff + uint64(e)*uint64(t.l.entryStride) }
 func (t *Table) slotOff(s uint32) uint64   { return t.l.slotsOff + uint64(s)*SlotSize }
 func (t *Table) agentOff(a uint32) uint64  { return t.l.agentsOff + uint64(a)*AgentSize }
+
+// fastSlot is entry e's reserved slot (see fast.go).
+func (t *Table) fastSlot(e uint32) uint32 { return uint32(t.l.MaxRequests) + e }
 
 // Slot word packing.
 func slotWord(serial, agent uint32, state uint8) uint64 {

@@ -45,7 +45,7 @@ func TestLayoutOffsets(t *testing.T) {
 		{"agWord", agWord, 8, AgentSize}, {"agStart", agStart, 8, AgentSize}, {"agBoot", agBoot, 8, AgentSize},
 		{"agNonce", agNonce, 8, AgentSize}, {"agBell", agBell, 4, AgentSize}, {"agParked", agParked, 4, AgentSize},
 		{"agStealSeq", agStealSeq, 4, AgentSize}, {"agSince", agSince, 8, AgentSize},
-		{"agSlotMask", agSlotMask, 8, AgentSize},
+		{"agSlotMask", agSlotMask, 8, AgentSize}, {"agEntryMask", agEntryMask, 8, AgentSize},
 	}
 	for _, f := range fields {
 		require.Zero(t, f.off%f.size, "%s at %d is not aligned to %d", f.name, f.off, f.size)
@@ -65,6 +65,7 @@ func TestLayoutOffsets(t *testing.T) {
 		require.Equal(t, uint32(0), l.buckets&(l.buckets-1), "buckets power of two")
 		require.GreaterOrEqual(t, int(l.buckets), 2*g.MaxResources)
 		require.Equal(t, l.agentsOff+uint64(g.MaxAgents)*AgentSize, l.size)
+		require.Equal(t, l.slotsOff+uint64(g.MaxRequests+g.MaxResources)*SlotSize, l.agentsOff, "a reserved slot per entry after the request slots")
 	}
 	require.Equal(t, uintptr(8), unsafe.Sizeof(uint64(0)))
 }
@@ -221,7 +222,7 @@ func TestSlotRanges(t *testing.T) {
 // with a new FormatVersion (and new values here). make test also runs this
 // under GOARCH=386: the values do not depend on the machine's word size.
 func TestHashIsPartOfTheFormat(t *testing.T) {
-	require.Equal(t, uint32(3), uint32(FormatVersion), "these values are those of format 3")
+	require.Equal(t, uint32(4), uint32(FormatVersion), "these values are those of formats 3 and 4 (4 changed the fast path, not the hash)")
 	for _, c := range []struct {
 		name string
 		want uint64

@@ -327,7 +327,7 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 			register(ai)
 		default: // the victims of steals free their stolen slots
 			what = "free stolen"
-			for s := uint32(0); s < uint32(tb.l.MaxRequests); s++ {
+			for s := uint32(0); s < tb.l.slots; s++ { // the entries' reserved slots too
 				sw := *tb.u64(tb.slotOff(s) + slWord)
 				if wordState(sw) == SlotStolen {
 					for _, ag := range agents {

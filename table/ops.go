@@ -102,32 +102,27 @@ const (
 	NotAvailable                // if-available and not grantable: nothing was queued
 )
 
-// Acquire claims a slot for agent a and requests name (hash h) in mode.
-// With steal, every holder is marked STOLEN and the request is granted at
-// once, ahead of the queue. With ifAvailable, the request is granted only if
-// it is grantable at once; otherwise nothing is left behind.
+// Acquire requests name (hash h) in mode for agent a: by the fast path if
+// it applies, else with a claimed slot under the bucket latch. With steal,
+// every holder is marked STOLEN and the request is granted at once, ahead
+// of the queue. With ifAvailable, the request is granted only if it is
+// grantable at once; otherwise nothing is left behind.
 func (t *Table) Acquire(a *Agent, name string, h uint64, mode uint32, ifAvailable, steal bool, w *Wakes) (Ref, Outcome, uint64, error) {
+	if mode == ModeExclusive && !steal {
+		if ref, token, out := t.AcquireFast(a, name, h, w); out == Granted {
+			return ref, Granted, token, nil
+		}
+	}
 	ref, err := t.Claim(a, h)
 	if err != nil {
 		return Ref{}, NotAvailable, 0, err
-	}
-	if mode == ModeExclusive && !steal {
-		token, out := t.AcquireFast(a, ref, name, h, w)
-		switch out {
-		case Granted:
-			return ref, Granted, token, nil
-		case NotAvailable: // the slot was given back with what it took by mistake
-			if ref, err = t.Claim(a, h); err != nil {
-				return Ref{}, NotAvailable, 0, err
-			}
-		}
 	}
 	return t.AcquireClaimed(a, ref, name, h, mode, ifAvailable, steal, w)
 }
 
 // Claim claims a free request slot for agent a, for a request on a name of
 // hash h (no latch: one CAS). The slot is then the caller's: it passes it
-// to AcquireFast or AcquireClaimed, or gives it back with FreeClaimed.
+// to AcquireClaimed, or gives it back with FreeClaimed.
 func (t *Table) Claim(a *Agent, h uint64) (Ref, error) {
 	s, serial, err := t.claimSlot(a)
 	if err != nil {
@@ -143,23 +138,27 @@ func (t *Table) FreeClaimed(a *Agent, r Ref) {
 	}
 }
 
-// AcquireFast tries to grant claimed slot r an exclusive hold on name by the
-// fast path (fast.go). Granted: r holds it, with the token. Queued: the fast
-// path does not apply now; r is still claimed (pass it to AcquireClaimed).
-// NotAvailable: r took a renamed entry by mistake and was freed with it;
-// claim another slot.
-func (t *Table) AcquireFast(a *Agent, r Ref, name string, h uint64, w *Wakes) (uint64, Outcome) {
-	if faultBreakExclusion.Load() || r.Slot >= uint32(t.l.MaxRequests) {
-		return 0, Queued
+// AcquireFast tries to grant agent a an exclusive hold on name by the fast
+// path (fast.go), without a slot claim or the latch. Granted: the returned
+// Ref holds it (entry e's reserved slot, with the counter as its serial),
+// with the token. Queued: the fast path does not apply now; nothing was
+// taken (use Claim and AcquireClaimed).
+func (t *Table) AcquireFast(a *Agent, name string, h uint64, w *Wakes) (Ref, uint64, Outcome) {
+	if faultBreakExclusion.Load() {
+		return Ref{}, 0, Queued
 	}
-	token, st := t.fastAcquire(a, r.Slot, r.Serial, r.Bucket, name, h, w)
-	switch st {
-	case fastGranted:
-		return token, Granted
-	case fastUndone:
-		return 0, NotAvailable
+	b := t.BucketOf(h)
+	for tries := 0; tries < 2; tries++ {
+		ref, token, st := t.fastAcquire(a, b, name, h, w)
+		switch st {
+		case fastGranted:
+			return ref, token, Granted
+		case fastMiss:
+			return Ref{}, 0, Queued
+		}
+		// fastUndone: took a renamed entry by mistake and gave it back.
 	}
-	return 0, Queued
+	return Ref{}, 0, Queued
 }
 
 // AcquireClaimed requests name for claimed slot r under the bucket latch
@@ -221,8 +220,11 @@ func (t *Table) AcquireClaimed(a *Agent, r Ref, name string, h uint64, mode uint
 // Status reads the state of request r without the latch (for waiters). ok is
 // false when the slot no longer belongs to r (freed by a reaper or reused).
 func (t *Table) Status(a *Agent, r Ref) (state uint8, token uint64, ok bool) {
-	if r.Slot >= uint32(t.l.MaxRequests) {
+	if r.Slot >= t.l.slots {
 		return 0, 0, false
+	}
+	if token, ok := t.fastHeld(a, r); ok {
+		return SlotHeld, token, true
 	}
 	so := t.slotOff(r.Slot)
 	sw := atomic.LoadUint64(t.u64(so + slWord))
@@ -240,43 +242,39 @@ func (t *Table) Status(a *Agent, r Ref) (state uint8, token uint64, ok bool) {
 // stolen (the slot is freed, nothing else is touched) and ErrNotHeld if it is
 // not held by a (released already, reaped, or never granted).
 func (t *Table) Release(a *Agent, r Ref, w *Wakes) error {
-	if r.Slot >= uint32(t.l.MaxRequests) || r.Bucket >= t.l.buckets {
+	if r.Slot >= t.l.slots || r.Bucket >= t.l.buckets {
 		return ErrNotHeld
+	}
+	fast := r.Slot >= uint32(t.l.MaxRequests)
+	// Granted by the fast path: one CAS gives it back, unless a latch
+	// holder moved it into the held list meanwhile.
+	if fast && t.fastRelease(a, r) {
+		return nil
 	}
 	sp := t.u64(t.slotOff(r.Slot) + slWord)
 	sw := atomic.LoadUint64(sp)
-	if wordSerial(sw) != r.Serial || wordAgent(sw) != a.Idx {
-		return ErrNotHeld
-	}
-	switch wordState(sw) {
-	case SlotClaimed:
-		// Granted by the fast path: one CAS gives it back, unless a latch
-		// holder moved it into the held list meanwhile.
-		if t.fastRelease(r.Slot, sw) {
-			return nil
-		}
-	case SlotStolen:
+	switch sw {
+	case slotWord(r.Serial, a.Idx, SlotStolen):
 		if atomic.CompareAndSwapUint64(sp, sw, slotWord(r.Serial, a.Idx, SlotFree)) {
 			return ErrStolen
 		}
 		return ErrNotHeld
-	case SlotHeld:
+	case slotWord(r.Serial, a.Idx, SlotHeld):
 	default:
-		return ErrNotHeld
+		if !fast {
+			return ErrNotHeld
+		}
+		// Maybe being moved to the held list right now: the latch decides.
 	}
 	if err := t.latch(a, r.Bucket, w); err != nil {
 		return err
 	}
-	sw = atomic.LoadUint64(sp)
-	if sw == slotWord(r.Serial, a.Idx, SlotClaimed) {
+	if fast && t.fastRelease(a, r) {
 		// Still a fast hold (only a latch holder moves it, and we hold the latch).
-		ok := t.fastRelease(r.Slot, sw)
 		t.unlatch(a, r.Bucket)
-		if !ok {
-			return ErrNotHeld
-		}
 		return nil
 	}
+	sw = atomic.LoadUint64(sp)
 	if sw != slotWord(r.Serial, a.Idx, SlotHeld) {
 		t.unlatch(a, r.Bucket)
 		if sw == slotWord(r.Serial, a.Idx, SlotStolen) && atomic.CompareAndSwapUint64(sp, sw, slotWord(r.Serial, a.Idx, SlotFree)) {
@@ -285,7 +283,8 @@ func (t *Table) Release(a *Agent, r Ref, w *Wakes) error {
 		return ErrNotHeld
 	}
 	e := t.ld32(t.slotOff(r.Slot)+slEntry) - 1
-	if e >= uint32(t.l.MaxResources) || atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != r.Bucket+1 {
+	if e >= uint32(t.l.MaxResources) || atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != r.Bucket+1 ||
+		(fast && e != r.Slot-uint32(t.l.MaxRequests)) {
 		t.unlatch(a, r.Bucket)
 		return corruptf("slot entry", e+1, "slot %d is held but its entry is not live in bucket %d", r.Slot, r.Bucket)
 	}
@@ -336,7 +335,7 @@ func (t *Table) Abort(a *Agent, r Ref, w *Wakes) (Outcome, uint64, error) {
 
 // FreeStolen frees request r after its owner learnt that it was stolen.
 func (t *Table) FreeStolen(a *Agent, r Ref) bool {
-	if r.Slot >= uint32(t.l.MaxRequests) {
+	if r.Slot >= t.l.slots {
 		return false
 	}
 	sp := t.u64(t.slotOff(r.Slot) + slWord)
@@ -366,7 +365,7 @@ func (t *Table) claimSlot(a *Agent) (uint32, uint32, error) {
 		}
 		// Mark the slot's range in our record before claiming, so a reaper
 		// of ours finds every slot we may own (no atomic once it is marked).
-		if bit := uint64(1) << slotRange(s, n); atomic.LoadUint64(a.slotMask)&bit == 0 {
+		if bit := uint64(1) << slotRange(s, t.l.slots); atomic.LoadUint64(a.slotMask)&bit == 0 {
 			atomic.OrUint64(a.slotMask, bit)
 		}
 		serial := wordSerial(sw) + 1
@@ -495,14 +494,29 @@ func (t *Table) allocEntry(a *Agent, b uint32, name string, h uint64) (uint32, e
 	return noEntry, fullf("resource entries (MaxResources)", int(n))
 }
 
-// nameEntry gives entry eo of bucket bo the name, hash and the bucket's token high-water mark.
+// nameEntry gives entry eo of bucket bo the name, hash and a token counter
+// at or above the bucket's high-water mark (so the new name's tokens exceed
+// every token of the names freed from the bucket). The counter's low word
+// continues from the entry's own (raising the high word when it must): a fast
+// word value is never reused for another grant (fast.go).
 func (t *Table) nameEntry(eo, bo uint64, name string, h uint64) {
-	t.st64(eo+enToken, t.ld64(bo+bkMaxToken))
+	t.st64(eo+enToken, renamedToken(t.ld64(bo+bkMaxToken), t.ld64(eo+enToken)))
 	t.st64(eo+enHash, h)
 	// The name bytes are written plainly: they are read only under this
 	// bucket's latch (or by tools that tolerate a torn read).
 	copy(unsafe.Slice((*byte)(unsafe.Add(t.base, eo+enName)), len(name)), name)
 	t.st32(eo+enNameLen, uint32(len(name)))
+}
+
+// renamedToken is the smallest token ≥ max(bucketMax, old) whose low word
+// is old's.
+func renamedToken(bucketMax, old uint64) uint64 {
+	m := max(bucketMax, old)
+	tok := m&^lo32 | old&lo32
+	if tok < m {
+		tok += 1 << 32
+	}
+	return tok
 }
 
 // foldToken raises bucket bo's token high-water mark to entry eo's counter,
@@ -614,7 +628,7 @@ func (t *Table) grant(s, e, mode uint32, now int64) uint64 {
 	head := t.ld32(eo + enHHead)
 	t.st32(so+slPrev, 0)
 	t.st32(so+slNext, head)
-	if head != 0 && head-1 < uint32(t.l.MaxRequests) {
+	if head != 0 && head-1 < t.l.slots {
 		t.st32(t.slotOff(head-1)+slPrev, s+1)
 	}
 	t.st32(eo+enHHead, s+1)
@@ -652,12 +666,12 @@ func (t *Table) unlink(s uint32, headOff, tailOff uint64) {
 	so := t.slotOff(s)
 	prev := t.ld32(so + slPrev)
 	next := t.ld32(so + slNext)
-	if prev != 0 && prev-1 < uint32(t.l.MaxRequests) {
+	if prev != 0 && prev-1 < t.l.slots {
 		t.st32(t.slotOff(prev-1)+slNext, next)
 	} else {
 		t.st32(headOff, next)
 	}
-	if next != 0 && next-1 < uint32(t.l.MaxRequests) {
+	if next != 0 && next-1 < t.l.slots {
 		t.st32(t.slotOff(next-1)+slPrev, prev)
 	} else if tailOff != 0 {
 		t.st32(tailOff, prev)
@@ -736,7 +750,7 @@ func (t *Table) processQueue(e uint32, w *Wakes) {
 func (t *Table) stealHolders(e uint32, w *Wakes) {
 	eo := t.entryOff(e)
 	next := t.ld32(eo + enHHead)
-	for steps := 0; next != 0 && next-1 < uint32(t.l.MaxRequests) && steps <= t.l.MaxRequests; steps++ {
+	for steps := uint32(0); next != 0 && next-1 < t.l.slots && steps <= t.l.slots; steps++ {
 		s := next - 1
 		so := t.slotOff(s)
 		next = t.ld32(so + slNext)
@@ -755,7 +769,7 @@ func (t *Table) stealHolders(e uint32, w *Wakes) {
 // SlotState reads slot s without the latch: its state and serial, and
 // whether it belongs to agent a.
 func (t *Table) SlotState(a *Agent, s uint32) (state uint8, serial uint32, mine bool) {
-	if s >= uint32(t.l.MaxRequests) {
+	if s >= t.l.slots {
 		return 0, 0, false
 	}
 	sw := atomic.LoadUint64(t.u64(t.slotOff(s) + slWord))

@@ -56,8 +56,8 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 	fmt.Fprintf(tw, "boot id\t%s (%s)\n", hex.EncodeToString(boot[:]), bootNote)
 	fmt.Fprintf(tw, "nonce\t%016x\n", t.Nonce())
 	other := ""
-	if n := u.Slots - u.Held - u.Waiting; n > 0 {
-		other = fmt.Sprintf(", claimed or stolen %d", n)
+	if u.Claimed > 0 {
+		other = fmt.Sprintf(", claimed or stolen %d", u.Claimed)
 	}
 	fmt.Fprintf(tw, "usage\tnames %d/%d, requests %d/%d (held %d, waiting %d%s), agents %d/%d\n",
 		u.Entries, g.MaxResources, u.Slots, g.MaxRequests, u.Held, u.Waiting, other, u.Agents, g.MaxAgents)

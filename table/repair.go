@@ -13,8 +13,8 @@ func nowNano() int64 { return time.Now().UnixNano() }
 //
 // The truth is the state words: an entry belongs to bucket b when its state
 // is b+1; a request belongs to entry e when its slot is WAITING or HELD and
-// its entry field is e+1, or when the entry's fast word names it (first
-// turned into a HELD slot, see ownEntry). Everything else (the chain, queue and held links,
+// its entry field is e+1, or when the entry's fast word names its agent
+// (first turned into a HELD reserved slot, see ownEntry). Everything else (the chain, queue and held links,
 // holder and waiter counts) is a cache that repair recomputes: waiting slots
 // are re-queued in order of their sequence numbers, held slots relinked, the
 // token counter raised to the highest token handed out, and then every queue
@@ -22,7 +22,7 @@ func nowNano() int64 { return time.Now().UnixNano() }
 // are freed (an idle entry may have been half renamed). Every agent with a request in the bucket is rung, so that
 // waiters re-check and victims of a half-finished steal learn of it.
 func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
-	nRes, nReq := uint32(t.l.MaxResources), uint32(t.l.MaxRequests)
+	nRes, nSlots := uint32(t.l.MaxResources), t.l.slots
 	var live []uint32
 	for e := uint32(0); e < nRes; e++ {
 		if atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) == b+1 {
@@ -41,7 +41,7 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 	}
 	held := map[uint32][]uint32{}
 	waiting := map[uint32][]member{}
-	for s := uint32(0); s < nReq; s++ {
+	for s := uint32(0); s < nSlots; s++ {
 		so := t.slotOff(s)
 		sw := atomic.LoadUint64(t.u64(so + slWord))
 		st := wordState(sw)

@@ -51,7 +51,7 @@ func (t *Table) Snapshot(a *Agent) (held, pending []LockInfo, err error) {
 }
 
 func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]LockInfo, []LockInfo, error) {
-	nRes, nReq := uint32(t.l.MaxResources), uint32(t.l.MaxRequests)
+	nRes, nSlots := uint32(t.l.MaxResources), t.l.slots
 	next := atomic.LoadUint32(t.u32(t.bucketOff(b) + bkHead))
 	for steps := uint32(0); next != 0; steps++ {
 		e := next - 1
@@ -72,13 +72,12 @@ func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]L
 		name := string(t.buf[eo+enName : eo+enName+uint64(n)])
 		if fw := atomic.LoadUint64(t.u64(eo + enFast)); fw != fastLatched {
 			// Held by the fast path (its lists are empty).
-			if s, ok := fastHolder(uint32(fw)); ok && s < nReq {
-				so := t.slotOff(s)
+			if ag, ok := fastHolder(uint32(fw)); ok {
 				li := LockInfo{
 					Name:  name,
 					Mode:  ModeExclusive,
-					Agent: wordAgent(atomic.LoadUint64(t.u64(so + slWord))),
-					Slot:  s,
+					Agent: ag,
+					Slot:  t.fastSlot(e),
 					Token: atomic.LoadUint64(t.u64(eo+enToken))&^lo32 | fw>>32,
 				}
 				t.agentOf(&li)
@@ -90,7 +89,7 @@ func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]L
 		for _, list := range [2]uint64{enHHead, enQHead} {
 			s := atomic.LoadUint32(t.u32(eo + list))
 			for steps := uint32(0); s != 0; steps++ {
-				if s-1 >= nReq || steps > nReq {
+				if s-1 >= nSlots || steps > nSlots {
 					if strict {
 						return held, pending, corruptf("list index", s, "entry %d", e)
 					}
@@ -135,8 +134,9 @@ func (t *Table) agentOf(li *LockInfo) {
 type Usage struct {
 	Entries        int // names held or waited for
 	Idle           int // entries of names nobody holds or waits for, kept for reuse
-	Slots, Agents  int
-	Held, Waiting  int
+	Slots, Agents  int // request slots in use (of MaxRequests), agent records in use
+	Held, Waiting  int // held locks (by the fast path or a slot), waiting requests
+	Claimed        int // slots claimed or stolen: in no list
 	Reaps, Repairs uint64
 }
 
@@ -154,10 +154,10 @@ func (t *Table) Usage() Usage {
 			u.Entries++
 		}
 		if _, ok := fastHolder(uint32(atomic.LoadUint64(t.u64(eo + enFast)))); ok {
-			u.Held++ // its slot is CLAIMED
+			u.Held++ // no slot says so yet
 		}
 	}
-	for s := uint32(0); s < uint32(t.l.MaxRequests); s++ {
+	for s := uint32(0); s < t.l.slots; s++ {
 		switch wordState(atomic.LoadUint64(t.u64(t.slotOff(s) + slWord))) {
 		case SlotFree:
 			continue
@@ -165,8 +165,12 @@ func (t *Table) Usage() Usage {
 			u.Held++
 		case SlotWaiting:
 			u.Waiting++
+		default:
+			u.Claimed++
 		}
-		u.Slots++
+		if s < uint32(t.l.MaxRequests) {
+			u.Slots++ // the reserved slots of entries count against MaxResources
+		}
 	}
 	for idx := uint32(0); idx < uint32(t.l.MaxAgents); idx++ {
 		if wordState(atomic.LoadUint64(t.u64(t.agentOff(idx)+agWord))) != AgentFree {
@@ -190,14 +194,12 @@ func (t *Table) AgentsInWay(a *Agent, name string, h uint64) []uint32 {
 	e, err := t.findEntry(b, name, h)
 	if err == nil && e != noEntry {
 		eo := t.entryOff(e)
-		if s, ok := fastHolder(uint32(atomic.LoadUint64(t.u64(eo + enFast)))); ok && s < uint32(t.l.MaxRequests) {
-			if ag := wordAgent(atomic.LoadUint64(t.u64(t.slotOff(s) + slWord))); ag != a.Idx {
-				out = append(out, ag)
-			}
+		if ag, ok := fastHolder(uint32(atomic.LoadUint64(t.u64(eo + enFast)))); ok && ag != a.Idx {
+			out = append(out, ag)
 		}
 		for _, list := range [2]uint64{enHHead, enQHead} {
 			s := atomic.LoadUint32(t.u32(eo + list))
-			for steps := 0; s != 0 && s-1 < uint32(t.l.MaxRequests) && steps < t.l.MaxRequests && len(out) < 8; steps++ {
+			for steps := uint32(0); s != 0 && s-1 < t.l.slots && steps < t.l.slots && len(out) < 8; steps++ {
 				so := t.slotOff(s - 1)
 				ag := wordAgent(atomic.LoadUint64(t.u64(so + slWord)))
 				if ag != a.Idx && !slices.Contains(out, ag) {

@@ -109,6 +109,10 @@ func (t *Table) Close() error {
 // Geometry returns the table's geometry.
 func (t *Table) Geometry() Geometry { return t.l.Geometry }
 
+// Slots returns the number of slots: MaxRequests request slots and one
+// reserved slot per entry (slot indices in a Ref are below it).
+func (t *Table) Slots() int { return int(t.l.slots) }
+
 // Size returns the file size in bytes.
 func (t *Table) Size() int { return int(t.l.size) }
 
