@@ -258,7 +258,7 @@ func (t *Table) inflateAgentFastHolds(a *Agent, idx uint32, word uint64, w *Wake
 	nRes := uint32(t.l.MaxResources)
 	for e := uint32(0); e < nRes; e++ {
 		if r := t.entryRange(e); mask&(1<<r) == 0 {
-			e = rangeEnd(r, nRes) - 1 // the agent never took an entry of this range
+			e = (r+1)<<t.l.entryShift - 1 // the agent never took an entry of this range
 			continue
 		}
 		eo := t.entryOff(e)

@@ -91,10 +91,9 @@ const (
 // short: the table has twice as many buckets as entries).
 const fastChainSteps = 4
 
-// entryRange is the range of entry e in agEntryMask (64 equal ranges).
-func (t *Table) entryRange(e uint32) uint32 {
-	return uint32(uint64(e) * 64 / uint64(t.l.MaxResources))
-}
+// entryRange is the range of entry e in agEntryMask: at most 64 ranges of
+// 2^entryShift entries each (a shift, not a division: it is on the fast path).
+func (t *Table) entryRange(e uint32) uint32 { return e >> t.l.entryShift }
 
 // fastAcquire tries to grant agent a an exclusive hold on name (bucket b)
 // with one CAS on an idle entry's fast word.

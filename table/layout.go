@@ -113,7 +113,7 @@ const (
 	agStealSeq  = 40 // uint32: bumped when a lock of this agent is stolen or reaped
 	agSince     = 48 // int64: unix nanoseconds of registration
 	agSlotMask  = 56 // uint64: bit r set once the agent owned a slot in range r (of 64 equal ranges of all slots); reapers scan only those
-	agEntryMask = 64 // uint64: bit r set once the agent took an entry of range r (of 64 equal ranges) by the fast path
+	agEntryMask = 64 // uint64: bit r set once the agent took an entry of range r (e>>entryShift: at most 64 ranges) by the fast path
 	// 72..128 reserved (0)
 )
 
@@ -163,6 +163,7 @@ type layout struct {
 	Geometry
 	buckets     uint32
 	slots       uint32 // MaxRequests request slots + MaxResources reserved ones
+	entryShift  uint32 // entry e is in agEntryMask range e>>entryShift (at most 64 ranges)
 	entryStride uint32
 	bucketsOff  uint64
 	entriesOff  uint64
@@ -196,6 +197,7 @@ func (g Geometry) layout() layout {
 	l := layout{Geometry: g}
 	l.buckets = 1 << bits.Len32(uint32(2*g.MaxResources-1))
 	l.slots = uint32(g.MaxRequests + g.MaxResources)
+	l.entryShift = uint32(max(0, bits.Len32(uint32(g.MaxResources-1))-6))
 	l.entryStride = uint32(entryFixed + align8(uint64(g.MaxNameLen)))
 	l.bucketsOff = HeaderSize
 	l.entriesOff = l.bucketsOff + uint64(l.buckets)*BucketSize

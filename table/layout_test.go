@@ -217,6 +217,32 @@ func TestSlotRanges(t *testing.T) {
 	}
 }
 
+// Entry ranges (agEntryMask) are 2^entryShift entries each, at most 64 of
+// them, and the reaper's skip to the next range lands on its first entry.
+func TestEntryRanges(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 63, 64, 65, 100, 4096, 4097, 131072, MaxResourcesLimit} {
+		l := Geometry{MaxResources: n, MaxRequests: 1, MaxAgents: 1, MaxNameLen: 1}.layout()
+		tb := &Table{l: l}
+		last := tb.entryRange(uint32(n - 1))
+		require.Less(t, last, uint32(64), "MaxResources %d", n)
+		for _, e := range []uint32{0, 1, uint32(n / 2), uint32(n - 1)} {
+			if e >= uint32(n) {
+				continue
+			}
+			r := tb.entryRange(e)
+			next := (r + 1) << l.entryShift // where inflateAgentFastHolds skips to
+			require.Greater(t, next, e)
+			if next < uint32(n) {
+				require.Equal(t, r+1, tb.entryRange(next), "MaxResources %d: entry %d", n, e)
+				require.Equal(t, r, tb.entryRange(next-1))
+			}
+		}
+		if n >= 64 {
+			require.GreaterOrEqual(t, last, uint32(32), "MaxResources %d: the ranges are not needlessly coarse", n)
+		}
+	}
+}
+
 // TestHashIsPartOfTheFormat pins Hash's values: every process that shares a
 // table must place a name in the same bucket, so a change of Hash must come
 // with a new FormatVersion (and new values here). make test also runs this
