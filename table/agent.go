@@ -327,8 +327,9 @@ func (t *Table) agentInfo(idx uint32, word uint64) AgentInfo {
 // Word returns the agent word that AgentInfo describes (for change detection).
 func (ai AgentInfo) Word() uint64 { return agentWord(ai.PID, ai.Start, ai.State) }
 
-// Ranges for agSlotMask and agEntryMask: 64 equal ranges of the n slots (or entries).
+// Slot ranges for agSlotMask: 64 equal ranges of the n slots (entry ranges,
+// for agEntryMask, are powers of two: see entryRange).
 func slotRange(s, n uint32) uint32 { return uint32(uint64(s) * 64 / uint64(n)) }
 
-// rangeEnd is the first slot (entry) after range r.
+// rangeEnd is the first slot after range r.
 func rangeEnd(r, n uint32) uint32 { return uint32((uint64(r+1)*uint64(n) + 63) / 64) }
