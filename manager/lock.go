@@ -147,14 +147,14 @@ func (l *Lock) watch() {
 	if !l.state.CompareAndSwap(word, reg) {
 		return
 	}
-	m.held.store(l.ref.Slot, l.ref.Serial, l)
+	e := m.held.store(l.ref.Slot, l.ref.Serial, l)
 	if l.state.Load() != reg {
 		// Released (or lost) between the CAS and the Store, too early for
 		// Release to unregister it: do it here.
-		m.held.drop(l.ref.Slot, l)
+		m.held.dropEntry(l.ref.Slot, e)
 		return
 	}
-	m.loseIfGone(l.ref.Slot, l.ref.Serial, l)
+	m.loseIfGone(l.ref.Slot, e)
 }
 
 // markLost moves the incarnation whose state word is word from held to to

@@ -53,18 +53,20 @@ func (r *registry) at(s uint32, alloc bool) *atomic.Pointer[regEntry] {
 	return &c[s%regChunkSize]
 }
 
-// load returns the Lock registered at slot s, if any.
-func (r *registry) load(s uint32) *Lock {
+// load returns the registration at slot s, if any.
+func (r *registry) load(s uint32) *regEntry {
 	if p := r.at(s, false); p != nil {
-		if e := p.Load(); e != nil {
-			return e.l
-		}
+		return p.Load()
 	}
 	return nil
 }
 
 // store registers l at slot s, for the grant of that serial.
-func (r *registry) store(s, serial uint32, l *Lock) { r.at(s, true).Store(&regEntry{l, serial}) }
+func (r *registry) store(s, serial uint32, l *Lock) *regEntry {
+	e := &regEntry{l, serial}
+	r.at(s, true).Store(e)
+	return e
+}
 
 // drop unregisters l from slot s if it is still the one registered there.
 func (r *registry) drop(s uint32, l *Lock) {
@@ -75,13 +77,20 @@ func (r *registry) drop(s uint32, l *Lock) {
 	}
 }
 
+// dropEntry removes registration e from slot s if it is still there.
+func (r *registry) dropEntry(s uint32, e *regEntry) {
+	if p := r.at(s, false); p != nil {
+		p.CompareAndSwap(e, nil)
+	}
+}
+
 // restore registers l at slot s (serial) again if nothing else was registered meanwhile.
 func (r *registry) restore(s, serial uint32, l *Lock) {
 	r.at(s, true).CompareAndSwap(nil, &regEntry{l, serial})
 }
 
-// each calls f for every registered Lock, with its slot and serial.
-func (r *registry) each(f func(s, serial uint32, l *Lock)) {
+// each calls f for every registration, with its slot.
+func (r *registry) each(f func(s uint32, e *regEntry)) {
 	for i := range r.chunks {
 		c := r.chunks[i].Load()
 		if c == nil {
@@ -89,7 +98,7 @@ func (r *registry) each(f func(s, serial uint32, l *Lock)) {
 		}
 		for j := range c {
 			if e := c[j].Load(); e != nil {
-				f(uint32(i*regChunkSize+j), e.serial, e.l)
+				f(uint32(i*regChunkSize+j), e)
 			}
 		}
 	}

@@ -27,29 +27,47 @@ func TestRegistry(t *testing.T) {
 	r.store(slots-1, 3, c)      // last slot of the partial chunk
 	require.Nil(t, r.at(slots, true), "a slot past the table is no cell")
 	require.Nil(t, r.chunks[2].Load(), "no chunk where nothing was registered")
-	require.Same(t, a, r.load(0))
-	require.Same(t, b, r.load(regChunkSize))
-	require.Same(t, c, r.load(slots-1))
+	require.Same(t, a, r.load(0).l)
+	require.Same(t, b, r.load(regChunkSize).l)
+	require.Same(t, c, r.load(slots-1).l)
 
 	r.drop(0, b) // not the one registered there
-	require.Same(t, a, r.load(0))
+	require.Same(t, a, r.load(0).l)
 	r.restore(0, 7, b) // occupied: left alone
-	require.Same(t, a, r.load(0))
+	require.Same(t, a, r.load(0).l)
 
 	seen := map[uint32]*Lock{}
 	serials := map[uint32]uint32{}
-	r.each(func(s, serial uint32, l *Lock) { seen[s], serials[s] = l, serial })
+	r.each(func(s uint32, e *regEntry) { seen[s], serials[s] = e.l, e.serial })
 	require.Equal(t, map[uint32]*Lock{0: a, regChunkSize: b, slots - 1: c}, seen)
 	require.Equal(t, map[uint32]uint32{0: 1, regChunkSize: 2, slots - 1: 3}, serials, "each reports the serial stored with the Lock")
 
 	r.drop(regChunkSize, b)
 	r.restore(regChunkSize, 7, c)
-	require.Same(t, c, r.load(regChunkSize))
+	require.Same(t, c, r.load(regChunkSize).l)
 
 	var taken []*Lock
 	r.takeAll(func(l *Lock) { taken = append(taken, l) })
 	require.ElementsMatch(t, []*Lock{a, c, c}, taken)
-	r.each(func(s, serial uint32, l *Lock) { t.Fatalf("slot %d still registered after takeAll", s) })
+	r.each(func(s uint32, e *regEntry) { t.Fatalf("slot %d still registered after takeAll", s) })
+}
+
+// A registration is replaced as a whole: whoever holds an earlier one (the
+// bell loop, from an earlier look) can tell that the Lock was registered
+// anew at the same slot, for another grant with another serial, and
+// dropEntry never removes the newer one.
+func TestRegistryEntryIdentity(t *testing.T) {
+	r := newRegistry(regChunkSize)
+	l := new(Lock)
+	old := r.store(3, 10, l)
+	cur := r.store(3, 11, l) // the same Lock, its next grant at the same (reserved) slot
+	require.NotSame(t, old, cur)
+	require.Same(t, cur, r.load(3))
+	require.Equal(t, uint32(11), r.load(3).serial)
+	r.dropEntry(3, old) // a stale look: nothing happens
+	require.Same(t, cur, r.load(3))
+	r.dropEntry(3, cur)
+	require.Nil(t, r.load(3))
 }
 
 // Goroutines registering in the same new chunk at once all land in it (the
@@ -65,6 +83,6 @@ func TestRegistryConcurrentChunk(t *testing.T) {
 	}
 	wg.Wait()
 	n := 0
-	r.each(func(s, serial uint32, l *Lock) { require.Same(t, locks[s], l); require.Equal(t, s, serial); n++ })
+	r.each(func(s uint32, e *regEntry) { require.Same(t, locks[s], e.l); require.Equal(t, s, e.serial); n++ })
 	require.Equal(t, regChunkSize, n)
 }

@@ -540,20 +540,26 @@ func (w *waiter) poke() {
 // (incarnation, held) word that was registered at that slot.
 func (m *Manager) scanHeld() { m.held.each(m.loseIfGone) }
 
-// loseIfGone marks l lost if the grant it is registered for (slot, serial)
-// is no longer held by us. It reads nothing of l but its state word.
-func (m *Manager) loseIfGone(slot, serial uint32, l *Lock) {
+// loseIfGone marks the Lock of registration e (at slot) lost if the grant
+// it was registered for is no longer held by us. It reads nothing of the
+// Lock but its state word. The registration must still be the slot's
+// current one: an entry's reserved slot serves one grant after another, so
+// a registration seen by an earlier look at the registry may be of a grant
+// the Lock (reused by Request) no longer has, while the same Lock is
+// registered at the same slot again for its next grant.
+func (m *Manager) loseIfGone(slot uint32, e *regEntry) {
+	l := e.l
 	word := l.state.Load()
-	if word&stateMask != lockHeld || m.held.load(slot) != l {
-		return // released, re-granted elsewhere, or never this slot's
+	if word&stateMask != lockHeld || m.held.load(slot) != e {
+		return // released, re-granted elsewhere, or registered anew
 	}
-	if m.t.Holds(m.a, table.Ref{Slot: slot, Serial: serial}) {
+	if m.t.Holds(m.a, table.Ref{Slot: slot, Serial: e.serial}) {
 		return
 	}
 	st, serial, mine := m.t.SlotState(m.a, slot)
 	if l.markLost(word, lockStolen) {
-		m.held.drop(slot, l)
-		if mine && st == table.SlotStolen {
+		m.held.dropEntry(slot, e)
+		if mine && st == table.SlotStolen && serial == e.serial {
 			m.t.FreeStolen(m.a, table.Ref{Slot: slot, Serial: serial})
 		}
 	}
