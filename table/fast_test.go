@@ -325,17 +325,61 @@ func TestRenamedToken(t *testing.T) {
 	for _, c := range []struct{ bucketMax, old, want uint64 }{
 		{0, 0, 0},
 		{0, 7, 7},
-		{9, 7, 1<<32 | 7},
+		{9, 7, 9},
 		{5 << 32, 7, 5<<32 | 7},
-		{5<<32 | 9, 7, 6<<32 | 7},
-		{3, 2<<32 | 1, 2<<32 | 1},
-		{lo32, 0, 1 << 32},
+		{5<<32 | 9, 7, 5<<32 | 9},
+		{3, 2<<32 | 1, 3},
+		{3, 2<<32 | 8, 8},
+		{lo32, 0, lo32},
 	} {
 		got := renamedToken(c.bucketMax, c.old)
 		require.Equal(t, c.want, got, "bucketMax %#x old %#x", c.bucketMax, c.old)
-		require.GreaterOrEqual(t, got, max(c.bucketMax, c.old))
-		require.Equal(t, uint32(c.old), uint32(got))
+		require.GreaterOrEqual(t, got, c.bucketMax, "above the bucket's high-water mark")
+		require.GreaterOrEqual(t, uint32(got), uint32(c.old), "the entry's counter does not go back")
+		require.Equal(t, c.bucketMax>>32, got>>32, "the high word is never raised")
 	}
+}
+
+// A rename into a bucket whose high-water mark is ahead of the entry's own
+// counter keeps the mark's high word: tokens grow with grants, not with
+// renames (a rename that raised the high word would add 2^32 each time, and
+// a busy table of many short-lived names would wrap 64-bit tokens).
+func TestRenamesDoNotInflateTokens(t *testing.T) {
+	installFakeLiveness(t)
+	f := &fastEnv{t: t, tb: newTestTable(t, Geometry{MaxResources: 2, MaxRequests: 8, MaxAgents: 2, MaxNameLen: 16})}
+	a := f.agent(101)
+	// Names a, d, c share a bucket; b is in another one.
+	var a0, b0, c0, d0 string
+	for i := 0; c0 == ""; i++ {
+		n := fmt.Sprintf("n%d", i)
+		switch {
+		case a0 == "":
+			a0 = n
+		case b0 == "" && f.tb.BucketOf(Hash(n)) != f.tb.BucketOf(Hash(a0)):
+			b0 = n
+		case f.tb.BucketOf(Hash(n)) == f.tb.BucketOf(Hash(a0)) && d0 == "":
+			d0 = n
+		case f.tb.BucketOf(Hash(n)) == f.tb.BucketOf(Hash(a0)) && d0 != "" && n != d0:
+			c0 = n
+		}
+	}
+	use := func(name string) Ref {
+		r, out, _ := f.acquire(a, name, ModeExclusive, false)
+		require.Equal(t, Granted, out)
+		return r
+	}
+	require.NoError(t, f.release(a, use(b0))) // entry 2, a low counter
+	for i := 0; i < 10; i++ {
+		require.NoError(t, f.release(a, use(a0))) // entry 1 runs ahead
+	}
+	rd := use(d0) // a0's idle entry renamed to d0: the bucket's mark is a0's last token
+	_, _, tokC := f.acquire(a, c0, ModeExclusive, false)
+	// c0 reclaims b0's entry (its own bucket's entry is held by d0): a
+	// rename from a counter behind the mark.
+	require.Less(t, tokC, uint64(1)<<32, "token %#x: the rename raised the high word", tokC)
+	require.Greater(t, tokC, uint64(10), "above the bucket's high-water mark")
+	require.NoError(t, f.release(a, rd))
+	require.NoError(t, f.tb.Check(nil))
 }
 
 // A fast word can name an agent that cannot own it: a process that died

@@ -496,9 +496,10 @@ func (t *Table) allocEntry(a *Agent, b uint32, name string, h uint64) (uint32, e
 
 // nameEntry gives entry eo of bucket bo the name, hash and a token counter
 // at or above the bucket's high-water mark (so the new name's tokens exceed
-// every token of the names freed from the bucket). The counter's low word
-// continues from the entry's own (raising the high word when it must): a fast
-// word value is never reused for another grant (fast.go).
+// every token of the names freed from the bucket), whose low word is at
+// least the entry's own: the fast counter of an entry does not go back when
+// it is renamed, so a fast word value is not reused for another grant before
+// the counter wraps (fast.go).
 func (t *Table) nameEntry(eo, bo uint64, name string, h uint64) {
 	t.st64(eo+enToken, renamedToken(t.ld64(bo+bkMaxToken), t.ld64(eo+enToken)))
 	t.st64(eo+enHash, h)
@@ -508,15 +509,12 @@ func (t *Table) nameEntry(eo, bo uint64, name string, h uint64) {
 	t.st32(eo+enNameLen, uint32(len(name)))
 }
 
-// renamedToken is the smallest token ≥ max(bucketMax, old) whose low word
-// is old's.
+// renamedToken is the token a renamed entry starts from: the bucket's
+// high-water mark, with the entry's old low word if that is larger. The
+// high word is the high-water mark's, never raised: renames do not make
+// tokens grow (a million renames must not bring a token near 2^64).
 func renamedToken(bucketMax, old uint64) uint64 {
-	m := max(bucketMax, old)
-	tok := m&^lo32 | old&lo32
-	if tok < m {
-		tok += 1 << 32
-	}
-	return tok
+	return bucketMax&^lo32 | uint64(max(uint32(bucketMax), uint32(old)))
 }
 
 // foldToken raises bucket bo's token high-water mark to entry eo's counter,
