@@ -29,9 +29,9 @@ import "sync/atomic"
 // grants never share a token. Whoever latches the entry (own) first folds the
 // counter into the entry's token. A counter at 2^32-1 is never taken by the
 // fast path: the latched path carries into the high word. An entry's counter
-// never goes back, not even when the entry is freed and given to another name
-// (nameEntry), so a fast word value, and with it a fast Ref, is never
-// reused for another grant (short of 2^32 grants on one entry).
+// does not go back, not even when the entry is freed and given to another
+// name (nameEntry keeps the larger low word), so a fast word value, and with
+// it a fast Ref, is not reused for another grant before the counter wraps.
 //
 // Transitions:
 //
