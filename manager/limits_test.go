@@ -296,6 +296,9 @@ func TestCloseRacingFastAcquires(t *testing.T) {
 			}()
 		}
 		for granted.Load() < int64(10*(round%4+1)) {
+			if ctx.Err() != nil {
+				t.Fatalf("round %d: no progress before the deadline", round)
+			}
 			runtime.Gosched()
 		}
 		require.NoError(t, m.Close())
