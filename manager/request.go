@@ -107,7 +107,11 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 		}
 		if out == table.Granted {
 			if m.closed.Load() {
+				// Give it back; if a latch holder had moved it into the
+				// held list meanwhile, the release grants the next waiter,
+				// who must be rung.
 				m.t.Release(m.a, ref, &w)
+				m.t.Deliver(&w, m.ringFn)
 				return ErrClosed
 			}
 			l.init(m, name, opts.Mode, ref, token, fresh)
