@@ -125,10 +125,15 @@ func (m *Manager) bellLoop() {
 		}
 		// Guarded: a table file truncated under us must not SIGBUS the
 		// process from this background loop (TestTruncatedUnderUs).
-		table.Guard(func() error {
+		if table.Guard(func() error {
 			m.scan(err != nil)
 			return nil
-		})
+		}) != nil {
+			// Every parked waiter must learn of it: each looks at its slot
+			// again in its own (guarded) goroutine and returns ErrCorrupt.
+			m.faulted.Store(true)
+			m.pokeAll()
+		}
 		m.loops.Add(1)
 		m.leave()
 	}

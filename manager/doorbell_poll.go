@@ -57,6 +57,8 @@ func (m *Manager) bellLoop() {
 		})
 		if err != nil {
 			sleep = pollMax
+			m.faulted.Store(true)
+			m.pokeAll()
 		}
 		m.loops.Add(1)
 		m.leave()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -142,4 +143,84 @@ func TestTruncatedUnderUs(t *testing.T) {
 	done := m.loops.Load()
 	require.Eventually(t, func() bool { return m.loops.Load() >= done+2 }, eventually, time.Millisecond,
 		"the bell loop stopped after the truncation")
+}
+
+// Every operation of Managers whose file is truncated under them reports
+// ErrCorrupt instead of dying of SIGBUS: the fast path and the latched path
+// of Acquire, Request, a request parked in the queue at that moment,
+// Release of fast and latched holds, Lost, and Close (which must not wait
+// for an operation the fault unwound). To 0 bytes every read faults; to
+// 100 bytes the first page still reads (as zeros past the end).
+func TestTruncatedUnderUsOperations(t *testing.T) {
+	for _, size := range []int64{0, 100} {
+		t.Run(fmt.Sprintf("size=%d", size), func(t *testing.T) {
+			old := table.LatchGiveUp
+			table.LatchGiveUp = 50 * time.Millisecond
+			defer func() { table.LatchGiveUp = old }()
+			path := tablePath(t)
+			m := openM(t, path, &OpenOptions{})
+			m2 := openM(t, path, &OpenOptions{})
+			ctx, cancel := context.WithTimeout(context.Background(), eventually)
+			defer cancel()
+
+			fast, err := m.Acquire(ctx, "fast", RequestOptions{}) // a fast hold
+			require.NoError(t, err)
+			shared, err := m.Acquire(ctx, "shared", RequestOptions{Mode: Shared}) // a latched hold
+			require.NoError(t, err)
+			busy, err := m2.Acquire(ctx, "busy", RequestOptions{})
+			require.NoError(t, err)
+			parked := make(chan error, 1)
+			go func() {
+				l, err := m.Acquire(ctx, "busy", RequestOptions{})
+				if err == nil {
+					l.Release()
+				}
+				parked <- err
+			}()
+			require.Eventually(t, func() bool {
+				s, err := m.Query(ctx)
+				return err == nil && len(s.Pending) == 1
+			}, eventually, time.Millisecond, "the request on busy never queued")
+
+			require.NoError(t, os.Truncate(path, size))
+
+			select {
+			case err := <-parked:
+				require.ErrorIs(t, err, ErrCorrupt, "the request queued at the truncation")
+			case <-ctx.Done():
+				t.Fatal("the request queued at the truncation did not return")
+			}
+			for _, o := range []RequestOptions{{}, {IfAvailable: true}, {Steal: true}, {Mode: Shared}} {
+				for _, name := range []string{"fast", "fresh-name"} {
+					_, err := m.Acquire(ctx, name, o)
+					require.ErrorIs(t, err, ErrCorrupt, "Acquire %q %+v", name, o)
+				}
+			}
+			called := false
+			err = m2.Request(ctx, "fresh-name", RequestOptions{}, func(context.Context, *Lock) error {
+				called = true
+				return nil
+			})
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.False(t, called, "Request ran its callback without a grant")
+			_ = fast.Lost() // reads the table to register: must not fault
+			for _, l := range []*Lock{fast, shared, busy} {
+				require.ErrorIs(t, l.Release(), ErrCorrupt, "Release %q", l.Name())
+				// The table could not be updated: the Lock is still held
+				// as far as its holder knows, and says so again.
+				require.ErrorIs(t, l.Release(), ErrCorrupt, "second Release %q", l.Name())
+			}
+			_, err = m.Query(ctx)
+			require.ErrorIs(t, err, ErrCorrupt)
+			for _, mm := range []*Manager{m, m2} {
+				closed := make(chan error, 1)
+				go func() { closed <- mm.Close() }()
+				select {
+				case <-closed:
+				case <-ctx.Done():
+					t.Fatal("Close did not return after the truncation")
+				}
+			}
+		})
+	}
 }

@@ -142,6 +142,10 @@ func (l *Lock) watch() {
 		return
 	}
 	defer m.leave()
+	// A fault on the mapping (the file truncated under us) leaves l
+	// registered: the bell loop's scans, guarded too, keep looking.
+	var fault error
+	defer table.EndGuard(table.BeginGuard(), &fault, m.faultFn)
 	// flagShown is set before the bell loop can see l, and init keeps it.
 	reg := word | flagRegistered | flagShown
 	if !l.state.CompareAndSwap(word, reg) {
@@ -216,11 +220,7 @@ func (l *Lock) release(word uint64) error {
 	// No in-flight count here (the uncontended path saves two atomic adds):
 	// a Close racing with this Release leaves the mapping valid (see Close)
 	// and frees our slot, so the table finds it no longer ours and does nothing.
-	var w table.Wakes
-	err := m.t.Release(m.a, l.ref, &w)
-	if !w.Empty() {
-		m.t.Deliver(&w, m.ringFn)
-	}
+	err := m.tableRelease(l.ref)
 	switch {
 	case err == nil:
 		if l.token%yieldCheckOps == 0 && m.spin > 0 {
@@ -248,6 +248,20 @@ func (l *Lock) release(word uint64) error {
 		}
 		return fmt.Errorf("release %q: %w", l.name, err)
 	}
+}
+
+// tableRelease gives up ref in the table and delivers the wakes, with a
+// fault on the mapping (the file truncated under us) returned as
+// ErrCorrupt: the Lock then stays held and releasable, as for any table
+// error.
+func (m *Manager) tableRelease(ref table.Ref) (err error) {
+	defer table.EndGuard(table.BeginGuard(), &err, m.faultFn)
+	var w table.Wakes
+	err = m.t.Release(m.a, ref, &w)
+	if !w.Empty() {
+		m.t.Deliver(&w, m.ringFn)
+	}
+	return err
 }
 
 func (l *Lock) notHeldErr() error {

@@ -59,6 +59,7 @@ type Manager struct {
 	closed   atomic.Bool
 	inflight atomic.Int64  // table operations in progress (Close waits for them)
 	closing  chan struct{} // closed by Close: waiters give up
+	faulted  atomic.Bool   // a read of the mapping faulted (file truncated): inflight may be off
 
 	held registry // our granted locks whose loss is watched, by slot
 
@@ -69,6 +70,7 @@ type Manager struct {
 	bell      *doorbell
 	watch     *watcher
 	ringFn    func(agent uint32, nonce uint64)
+	faultFn   func() // m.faulted.Store(true), bound once (EndGuard's onFault)
 	stopOnce  sync.Once
 	bg        sync.WaitGroup
 	lastBell  atomic.Uint32
@@ -131,6 +133,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		return nil, fmt.Errorf("open %s: doorbell: %w", path, err)
 	}
 	m.ringFn = m.ring
+	m.faultFn = func() { m.faulted.Store(true) }
 	t.SetRinger(m.ringFn)
 	err = table.Guard(func() error {
 		m.a, err = t.Register(table.Self(), nonce)
@@ -207,7 +210,13 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	close(m.closing)
-	for m.inflight.Load() != 0 {
+	// A fault on the mapping (the file truncated under us) may have
+	// unwound an operation between enter and leave: the count is then not
+	// to be trusted, so the wait is bounded like the one below.
+	for start := time.Now(); m.inflight.Load() != 0; {
+		if m.faulted.Load() && time.Since(start) > time.Second {
+			break
+		}
 		time.Sleep(10 * time.Microsecond)
 	}
 	// The uncontended path of acquire is not counted in flight: wait until

@@ -90,7 +90,11 @@ func (m *Manager) validate(ctx context.Context, name string, opts RequestOptions
 	return nil
 }
 
-func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions, l *Lock, fresh bool) error {
+func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions, l *Lock, fresh bool) (err error) {
+	// The file may be truncated under us (the mapping then faults): the
+	// fault becomes ErrCorrupt, and the Manager stops trusting its count
+	// of operations in flight, which the fault may have left raised.
+	defer table.EndGuard(table.BeginGuard(), &err, m.faultFn)
 	if err := m.validate(ctx, name, opts); err != nil {
 		return err
 	}
@@ -528,6 +532,15 @@ func (m *Manager) scanWaiters(all bool) {
 			}
 		}
 	}
+}
+
+// pokeAll asks every parked waiter to look at its slot again.
+func (m *Manager) pokeAll() {
+	m.mu.Lock()
+	for _, w := range m.waiters {
+		w.poke()
+	}
+	m.mu.Unlock()
 }
 
 // poke asks w's goroutine to look at its slot again.

@@ -88,7 +88,12 @@ func (w *watcher) loop() {
 		if !w.m.enter() {
 			return
 		}
-		w.refresh()
+		// Guarded: a table file truncated under us must not SIGBUS the
+		// process from this background loop (TestTruncatedUnderUsOperations).
+		if table.Guard(func() error { w.refresh(); return nil }) != nil {
+			w.m.faulted.Store(true)
+			w.m.pokeAll()
+		}
 		w.m.leave()
 		if time.Since(lastFull) >= watchFull {
 			lastFull = time.Now()

@@ -12,8 +12,9 @@
 // Bytes read from the file are untrusted: every index is bounds-checked and
 // every walk is bounded, so a corrupt file yields ErrCorrupt naming the
 // field, never a panic or a hang; a file truncated under us is caught with
-// runtime/debug.SetPanicOnFault where the table is read outside the fast path
-// (Open, Snapshot, Check, reaping). Any change of layout, or of Hash (the
+// runtime/debug.SetPanicOnFault wherever the table is read (Guard, or
+// BeginGuard/EndGuard on the hot paths of the manager package). Any change
+// of layout, or of Hash (the
 // bucket of a name), bumps FormatVersion.
 //
 // # Regions

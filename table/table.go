@@ -179,6 +179,34 @@ func Guard(f func() error) (err error) {
 	return f()
 }
 
+// BeginGuard and EndGuard are Guard without a closure, for the hot paths
+// (Acquire and Release): a function that may read the mapping starts with
+//
+//	defer table.EndGuard(table.BeginGuard(), &err, onFault)
+//
+// and a memory fault on the mapping below it returns ErrCorrupt in err
+// instead of crashing the process. onFault (may be nil) runs first when a
+// fault was recovered. EndGuard must be the deferred function itself (it
+// calls recover).
+func BeginGuard() bool { return debug.SetPanicOnFault(true) }
+
+// EndGuard restores the fault mode saved by BeginGuard; see BeginGuard.
+func EndGuard(old bool, err *error, onFault func()) {
+	debug.SetPanicOnFault(old)
+	r := recover()
+	if r == nil {
+		return
+	}
+	if e, ok := r.(interface{ Addr() uintptr }); ok {
+		*err = fmt.Errorf("%w: memory fault at %#x reading the mapping (file truncated?)", ErrCorrupt, e.Addr())
+		if onFault != nil {
+			onFault()
+		}
+		return
+	}
+	panic(r)
+}
+
 // SpareWord returns a pointer to a reserved, otherwise unused 32-bit word of
 // the header (benchmarks use it for the raw-CAS floor on the shared mapping).
 func (t *Table) SpareWord() unsafe.Pointer { return unsafe.Pointer(t.u32(hdrSpare)) }
