@@ -341,10 +341,22 @@ func Hash(name string) uint64 {
 	for ; len(name) >= 8; name = name[8:] {
 		h = hashMix(h^binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(name), 8)), hashK2)
 	}
-	if len(name) > 0 {
+	if n := len(name); n > 0 {
+		// The last 1-7 bytes as one little-endian word (byte i at bit 8i),
+		// read as two overlapping loads instead of byte by byte.
+		p := unsafe.Pointer(unsafe.StringData(name))
 		var tail uint64
-		for i := len(name) - 1; i >= 0; i-- {
-			tail = tail<<8 | uint64(name[i])
+		switch {
+		case n >= 4:
+			lo := binary.LittleEndian.Uint32(unsafe.Slice((*byte)(p), 4))
+			hi := binary.LittleEndian.Uint32(unsafe.Slice((*byte)(unsafe.Add(p, n-4)), 4))
+			tail = uint64(lo) | uint64(hi)<<(8*(n-4))
+		case n >= 2:
+			lo := binary.LittleEndian.Uint16(unsafe.Slice((*byte)(p), 2))
+			hi := binary.LittleEndian.Uint16(unsafe.Slice((*byte)(unsafe.Add(p, n-2)), 2))
+			tail = uint64(lo) | uint64(hi)<<(8*(n-2))
+		default:
+			tail = uint64(*(*byte)(p))
 		}
 		h = hashMix(h^tail, hashK2)
 	}

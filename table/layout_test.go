@@ -3,6 +3,7 @@ package table
 import (
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -261,6 +262,37 @@ func TestHashIsPartOfTheFormat(t *testing.T) {
 		{"orders/2026/11/21/customer-000123", 0x4868e30d3d89fe3b},
 	} {
 		require.Equal(t, c.want, Hash(c.name), "Hash(%q)", c.name)
+	}
+}
+
+// TestHashTailLoads: Hash reads a name's last 1-7 bytes with two
+// overlapping loads; it must give the values of the byte-by-byte definition
+// (the one pinned above) at every length and for every byte value.
+func TestHashTailLoads(t *testing.T) {
+	ref := func(name string) uint64 {
+		h := uint64(len(name)) ^ hashK1
+		for ; len(name) >= 8; name = name[8:] {
+			h = hashMix(h^binary.LittleEndian.Uint64([]byte(name[:8])), hashK2)
+		}
+		if len(name) > 0 {
+			var tail uint64
+			for i := len(name) - 1; i >= 0; i-- {
+				tail = tail<<8 | uint64(name[i])
+			}
+			h = hashMix(h^tail, hashK2)
+		}
+		return hashMix(h, hashK1)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 48)
+	for n := 0; n <= len(buf); n++ {
+		for round := 0; round < 200; round++ {
+			for i := range buf[:n] {
+				buf[i] = byte(rng.Uint32())
+			}
+			name := string(buf[:n])
+			require.Equal(t, ref(name), Hash(name), "length %d, %x", n, name)
+		}
 	}
 }
 
