@@ -421,6 +421,14 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			// The budget is adaptive: it restarts whenever the queue moves
 			// (a grant on the name), so a waiter keeps its CPU while its
 			// turn approaches and parks after SpinLimit without progress.
+			// A grant to a parked request of ours bumps our bell word: look
+			// for it here rather than leave it to the doorbell, which
+			// reaches a process whose Ps are all busy spinning only through
+			// the runtime's netpoll (up to 10 ms under sysmon).
+			if bell, last := atomic.LoadUint32(m.a.Bell()), m.lastBell.Load(); bell != last &&
+				atomic.LoadUint32(m.a.Parked()) > 0 && m.lastBell.CompareAndSwap(last, bell) {
+				m.scanWaiters(false)
+			}
 			now := time.Now()
 			if p := m.t.Progress(ref); p != progress {
 				progress, deadline = p, now.Add(m.spin)
