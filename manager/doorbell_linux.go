@@ -129,10 +129,7 @@ func (m *Manager) bellLoop() {
 			m.scan(err != nil)
 			return nil
 		}) != nil {
-			// Every parked waiter must learn of it: each looks at its slot
-			// again in its own (guarded) goroutine and returns ErrCorrupt.
-			m.faulted.Store(true)
-			m.pokeAll()
+			m.noteFault()
 		}
 		m.loops.Add(1)
 		m.leave()

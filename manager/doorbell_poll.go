@@ -57,8 +57,7 @@ func (m *Manager) bellLoop() {
 		})
 		if err != nil {
 			sleep = pollMax
-			m.faulted.Store(true)
-			m.pokeAll()
+			m.noteFault()
 		}
 		m.loops.Add(1)
 		m.leave()

@@ -70,7 +70,7 @@ type Manager struct {
 	bell      *doorbell
 	watch     *watcher
 	ringFn    func(agent uint32, nonce uint64)
-	faultFn   func() // m.faulted.Store(true), bound once (EndGuard's onFault)
+	faultFn   func() // m.noteFault, bound once (EndGuard's onFault)
 	stopOnce  sync.Once
 	bg        sync.WaitGroup
 	lastBell  atomic.Uint32
@@ -133,7 +133,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		return nil, fmt.Errorf("open %s: doorbell: %w", path, err)
 	}
 	m.ringFn = m.ring
-	m.faultFn = func() { m.faulted.Store(true) }
+	m.faultFn = m.noteFault
 	t.SetRinger(m.ringFn)
 	err = table.Guard(func() error {
 		m.a, err = t.Register(table.Self(), nonce)
@@ -246,6 +246,15 @@ func (m *Manager) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// noteFault records that a read of the mapping faulted (the file was
+// truncated under us): the in-flight count may be off (Close stops trusting
+// it), and every parked request is poked, to meet the fault in its own
+// guarded goroutine and return ErrCorrupt.
+func (m *Manager) noteFault() {
+	m.faulted.Store(true)
+	m.pokeAll()
 }
 
 // ring is called by Deliver for an agent that must be woken.

@@ -91,8 +91,7 @@ func (w *watcher) loop() {
 		// Guarded: a table file truncated under us must not SIGBUS the
 		// process from this background loop (TestTruncatedUnderUsOperations).
 		if table.Guard(func() error { w.refresh(); return nil }) != nil {
-			w.m.faulted.Store(true)
-			w.m.pokeAll()
+			w.m.noteFault()
 		}
 		w.m.leave()
 		if time.Since(lastFull) >= watchFull {

@@ -162,12 +162,16 @@ func (t *Table) MarkBoot() {
 // debug.SetPanicOnFault(true) or runs on a goroutine that did; Guard does both.
 func recoverFault(err *error) {
 	if r := recover(); r != nil {
-		if e, ok := r.(interface{ Addr() uintptr }); ok {
-			*err = fmt.Errorf("%w: memory fault at %#x reading the mapping (file truncated?)", ErrCorrupt, e.Addr())
-			return
-		}
-		panic(r)
+		*err = faultErr(r)
 	}
+}
+
+// faultErr is ErrCorrupt for a recovered memory fault; any other panic goes on.
+func faultErr(r any) error {
+	if e, ok := r.(interface{ Addr() uintptr }); ok {
+		return fmt.Errorf("%w: memory fault at %#x reading the mapping (file truncated?)", ErrCorrupt, e.Addr())
+	}
+	panic(r)
 }
 
 // Guard runs f with memory faults on the mapping turned into ErrCorrupt
@@ -185,26 +189,19 @@ func Guard(f func() error) (err error) {
 //	defer table.EndGuard(table.BeginGuard(), &err, onFault)
 //
 // and a memory fault on the mapping below it returns ErrCorrupt in err
-// instead of crashing the process. onFault (may be nil) runs first when a
-// fault was recovered. EndGuard must be the deferred function itself (it
-// calls recover).
+// instead of crashing the process; onFault (may be nil) is then called.
+// EndGuard must be the deferred function itself (it calls recover).
 func BeginGuard() bool { return debug.SetPanicOnFault(true) }
 
 // EndGuard restores the fault mode saved by BeginGuard; see BeginGuard.
 func EndGuard(old bool, err *error, onFault func()) {
 	debug.SetPanicOnFault(old)
-	r := recover()
-	if r == nil {
-		return
-	}
-	if e, ok := r.(interface{ Addr() uintptr }); ok {
-		*err = fmt.Errorf("%w: memory fault at %#x reading the mapping (file truncated?)", ErrCorrupt, e.Addr())
+	if r := recover(); r != nil {
+		*err = faultErr(r)
 		if onFault != nil {
 			onFault()
 		}
-		return
 	}
-	panic(r)
 }
 
 // SpareWord returns a pointer to a reserved, otherwise unused 32-bit word of
