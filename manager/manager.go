@@ -45,6 +45,10 @@ const (
 	// waits.
 	yieldEvery    = 50 * time.Microsecond
 	yieldCheckOps = 32
+	// goschedEvery: a spinning request that leaves a P free for the rest of
+	// its process (fewer spinners than GOMAXPROCS) gives its P to the
+	// process's other goroutines this often, instead of after every look.
+	goschedEvery = 10 * time.Microsecond
 )
 
 // Manager is one agent of a lock table: the handle through which a process
@@ -74,6 +78,7 @@ type Manager struct {
 	stopOnce  sync.Once
 	bg        sync.WaitGroup
 	lastBell  atomic.Uint32
+	spinners  atomic.Int32  // requests of ours in spinHead now
 	loops     atomic.Uint64 // bell-loop rounds done (tests wait for one after a change)
 	lastStl   atomic.Uint32
 	lastInWay atomic.Int64 // unix ns of the last reapHolders look

@@ -399,9 +399,13 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		return 0, nil, false // the parking loop reports ErrClosed
 	}
 	defer m.leave() // Close waits at most one spin limit for us
-	deadline := time.Now().Add(m.spin)
+	start := time.Now()
+	deadline, nextSched := start.Add(m.spin), start.Add(goschedEvery)
 	progress := m.t.Progress(ref)
 	oneCPU := m.onOneCPU()
+	procs := int32(runtime.GOMAXPROCS(0))
+	m.spinners.Add(1)
+	defer m.spinners.Add(-1)
 	for i := 0; ; i++ {
 		select {
 		case <-done:
@@ -417,7 +421,8 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		if !ok || st != table.SlotWaiting {
 			return 0, nil, false
 		}
-		if i&7 == 7 {
+		lookOnly := spinLooksOnly(oneCPU, m.spinners.Load(), procs, atomic.LoadUint32(m.a.Parked()))
+		if i&7 == 7 && (!lookOnly || i&63 == 63) {
 			// The budget is adaptive: it restarts whenever the queue moves
 			// (a grant on the name), so a waiter keeps its CPU while its
 			// turn approaches and parks after SpinLimit without progress.
@@ -435,6 +440,13 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			} else if now.After(deadline) {
 				return 0, nil, false
 			}
+			if lookOnly && now.After(nextSched) {
+				nextSched = now.Add(goschedEvery)
+				runtime.Gosched()
+			}
+		}
+		if lookOnly {
+			continue
 		}
 		switch spinStep(i, oneCPU) {
 		case spinPark:
@@ -445,6 +457,20 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			runtime.Gosched()
 		}
 	}
+}
+
+// spinLooksOnly reports whether a spinning request may look at its slot
+// again and again without giving its P to the process's other goroutines
+// (then it does so only every goschedEvery). That is safe while the
+// process's spinners (spinners, this one included) leave one of its procs
+// Ps free for any other goroutine, and while none of its requests is parked
+// (a grant to one makes a goroutine runnable on the P of whoever reads the
+// doorbell, often a spinner's). It is worth it because a Gosched with an
+// idle P calls wakep, which wakes an idle thread of the process: on every
+// look, a thread that competes for the CPUs with the holder and the next in
+// line (docs/design.md §4). A process confined to one CPU keeps spinStep.
+func spinLooksOnly(oneCPU bool, spinners, procs int32, parked uint32) bool {
+	return !oneCPU && spinners < procs && parked == 0
 }
 
 // spinAction is what a spinning waiter does between two looks at its slot.
