@@ -45,9 +45,10 @@ const (
 	// waits.
 	yieldEvery    = 50 * time.Microsecond
 	yieldCheckOps = 32
-	// goschedEvery: a spinning request that leaves a P free for the rest of
-	// its process (fewer spinners than GOMAXPROCS) gives its P to the
-	// process's other goroutines this often, instead of after every look.
+	// goschedEvery: a spinning request that need not yield between looks
+	// (spinLooksOnly: a P free for the rest of its process, no request of
+	// its Manager parked) gives its P to the process's other goroutines
+	// this often, instead of after every look.
 	goschedEvery = 10 * time.Microsecond
 )
 

@@ -462,8 +462,9 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 // spinLooksOnly reports whether a spinning request may look at its slot
 // again and again without giving its P to the process's other goroutines
 // (then it does so only every goschedEvery). That is safe while the
-// process's spinners (spinners, this one included) leave one of its procs
-// Ps free for any other goroutine, and while none of its requests is parked
+// Manager's spinning requests (spinners, this one included) are fewer than
+// its process's Ps (procs, GOMAXPROCS), so that a P is free for any other
+// goroutine, and while none of its requests is parked
 // (a grant to one makes a goroutine runnable on the P of whoever reads the
 // doorbell, often a spinner's). It is worth it because a Gosched with an
 // idle P calls wakep, which wakes an idle thread of the process: on every
