@@ -55,7 +55,12 @@ func TestSpinnersCounted(t *testing.T) {
 	aborted := acquireAsync(abortCtx, m, "n", RequestOptions{})
 	require.Eventually(t, func() bool { return m.spinners.Load() == 1 }, eventually, time.Millisecond)
 	cancel()
-	r := <-aborted
+	var r result
+	select {
+	case r = <-aborted:
+	case <-ctx.Done():
+		t.Fatal("the request aborted while spinning did not return")
+	}
 	require.ErrorIs(t, r.err, ErrAborted)
 	require.Zero(t, m.spinners.Load())
 	check(t, m)
