@@ -611,28 +611,47 @@ func compatible(t *Table, eo uint64, mode uint32) bool {
 	return mode == ModeShared && t.ld32(eo+enHMode) == ModeShared
 }
 
-// grant marks slot s (claimed or waiting, in no list) HELD with the next
-// token and links it into e's held list.
+// grant marks slot s (claimed, in no list) HELD with the next token and
+// links it into e's held list.
 func (t *Table) grant(s, e, mode uint32, now int64) uint64 {
+	head := t.ld32(t.entryOff(e) + enHHead)
+	token := t.markHeld(s, e, now, head)
+	t.linkHeld(s, e, mode, head)
+	return token
+}
+
+// markHeld gives slot s the next token of entry e, the grant time and the
+// held list's links (prev 0, next head: the current first holder) and then
+// marks it HELD, in that order: every store to the slot's cache line is
+// made in one burst that ends with the word, on which a queued owner is
+// spinning, so that the line crosses to the granter once, not once per
+// field, and the grant is visible before the rest of the bookkeeping
+// (linkHeld, and the queue's links for a slot taken from the queue).
+func (t *Table) markHeld(s, e uint32, now int64, head uint32) uint64 {
 	eo, so := t.entryOff(e), t.slotOff(s)
 	token := t.ld64(eo+enToken) + 1
 	t.st64(eo+enToken, token)
-	t.st64(so+slToken, token)
-	t.st64(so+slGrant, uint64(now))
 	sp := t.u64(so + slWord)
 	sw := atomic.LoadUint64(sp)
-	atomic.StoreUint64(sp, slotWord(wordSerial(sw), wordAgent(sw), SlotHeld))
-	crash("grant.marked")
-	head := t.ld32(eo + enHHead)
+	t.st64(so+slToken, token)
+	t.st64(so+slGrant, uint64(now))
 	t.st32(so+slPrev, 0)
 	t.st32(so+slNext, head)
+	atomic.StoreUint64(sp, slotWord(wordSerial(sw), wordAgent(sw), SlotHeld))
+	crash("grant.marked")
+	return token
+}
+
+// linkHeld finishes a grant of slot s (markHeld with the same head): the
+// slot becomes the first of e's held list, in mode.
+func (t *Table) linkHeld(s, e, mode, head uint32) {
+	eo := t.entryOff(e)
 	if head != 0 && head-1 < t.l.slots {
 		t.st32(t.slotOff(head-1)+slPrev, s+1)
 	}
 	t.st32(eo+enHHead, s+1)
 	t.st32(eo+enNHeld, t.ld32(eo+enNHeld)+1)
 	t.st32(eo+enHMode, mode)
-	return token
 }
 
 // enqueue marks claimed slot s WAITING and links it at the tail of e's queue.
@@ -728,14 +747,25 @@ func (t *Table) processQueue(e uint32, w *Wakes) {
 		if !compatible(t, eo, mode) {
 			return
 		}
-		t.unlink(s, eo+enQHead, eo+enQTail)
-		if n := t.ld32(eo + enNWait); n > 0 {
-			t.st32(eo+enNWait, n-1)
-		}
+		// The head leaves the queue: its queue links are read before
+		// markHeld overwrites them with the held list's, and the queue is
+		// mended after the grant is visible (all under the latch).
+		next := t.ld32(so + slNext)
 		if now == 0 {
 			now = nowNano()
 		}
-		t.grant(s, e, mode, now)
+		held := t.ld32(eo + enHHead)
+		t.markHeld(s, e, now, held)
+		t.st32(eo+enQHead, next)
+		if next != 0 && next-1 < uint32(t.l.MaxRequests) {
+			t.st32(t.slotOff(next-1)+slPrev, 0)
+		} else {
+			t.st32(eo+enQTail, 0)
+		}
+		if n := t.ld32(eo + enNWait); n > 0 {
+			t.st32(eo+enNWait, n-1)
+		}
+		t.linkHeld(s, e, mode, held)
 		crash("grant.linked")
 		w.add(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), false)
 		if mode != ModeShared {
