@@ -118,6 +118,11 @@
 //	 │                               ▼                 │ reserved slot: its entry's fast
 //	 └──────── owner (CAS) ──────  STOLEN              │ holder moved in by a latch holder
 //
+// A grant from a queue writes the slot's token, grant time and held-list
+// links and then its word, back to back (the waiter spins on that cache
+// line), and mends the queue and the counts after the word, under the same
+// latch: for a moment the HELD slot is still the queue's head.
+//
 // WAITING and HELD slots change only under their bucket's latch; CLAIMED and
 // STOLEN slots are in no list and only their owner (or its reaper) frees
 // them. An exclusive request on an idle name is granted without a slot or
