@@ -9,7 +9,11 @@
 #
 # Knobs read by the benchmarks: SHMLOCKS_BENCH_WINDOW (multi-process
 # measurement window, default 1s), SHMLOCKS_BENCH_SPIN (SpinLimit of the
-# shmlocks children, a diagnostic; e.g. -1ns: never spin).
+# shmlocks children, a diagnostic; e.g. -1ns: never spin),
+# SHMLOCKS_BENCH_GAPS=1 (BenchmarkContention also reports the gaps between
+# the critical sections of two processes: median, mean, and the share of
+# the gap time in gaps of 3 µs or more; off by default: it reads the clock
+# twice per section).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}

@@ -50,6 +50,14 @@ func BenchmarkContention(b *testing.B) {
 					b.ReportMetric(shm.repeatPct(), "shm-repeat%")
 					b.ReportMetric(fl.repeatPct(), "flock-repeat%")
 					b.ReportMetric(shm.calib, "calib-2v1")
+					if shm.gaps {
+						b.ReportMetric(shm.gapP50(), "shm-gap-p50-ns")
+						b.ReportMetric(shm.gapMean(), "shm-gap-mean-ns")
+						b.ReportMetric(shm.stallPct(), "shm-stall%")
+						b.ReportMetric(fl.gapP50(), "flock-gap-p50-ns")
+						b.ReportMetric(fl.gapMean(), "flock-gap-mean-ns")
+						b.ReportMetric(fl.stallPct(), "flock-stall%")
+					}
 					reportPinning(b, shm)
 				})
 			}

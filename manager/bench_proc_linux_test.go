@@ -62,9 +62,16 @@ const (
 	ctlInCS    = 320  // uint32: index+1 of the process inside the critical section
 	ctlViol    = 384  // uint64: mutual-exclusion violations seen
 	ctlWants   = 448  // uint32 per ping-pong process, at ctlWants + 64*index: about to request
+	ctlGapEnd  = 576  // int64: unix ns when the last critical section ended (SHMLOCKS_BENCH_GAPS)
+	ctlGapWho  = 584  // uint32: index+1 of the process whose section that was
 	ctlOps     = 1024 // uint64 per process, at ctlOps + 64*index
 	ctlMaxProc = 48
-	ctlSize    = ctlOps + 64*ctlMaxProc
+	ctlGaps    = ctlOps + 64*ctlMaxProc // gapBuckets uint64 counts, then as many sums (ns)
+	ctlSize    = ctlGaps + 2*8*gapBuckets
+	// gapBuckets: the gap between one process's critical section and the
+	// next one's, in 100 ns buckets; the last one holds every gap of 3 µs
+	// or more (a stall: the next holder was off its CPU, or asleep).
+	gapBuckets = 31
 )
 
 // Loop kinds.
@@ -87,6 +94,7 @@ type benchArgs struct {
 	Calib   int  // spinWork iterations of the calibration loop
 	Opts    *OpenOptions
 	Limit   time.Duration // bound of every wait
+	Gaps    bool          // record the gaps between sections of different processes (SHMLOCKS_BENCH_GAPS)
 }
 
 func TestBenchHelperProcess(t *testing.T) {
@@ -135,6 +143,22 @@ func spinItersPerMicro() float64 {
 		itersPerUS = n / (float64(best) / 1e3)
 	})
 	return itersPerUS
+}
+
+// recordGap adds to the gap histogram the time since the critical section
+// of another process ended (called by the process whose section begins).
+func recordGap(ctl []byte, me uint32) {
+	end := atomic.LoadInt64((*int64)(unsafe.Pointer(&ctl[ctlGapEnd])))
+	if end == 0 || atomic.LoadUint32(ctlWord32(ctl, ctlGapWho)) == me {
+		return
+	}
+	g := time.Now().UnixNano() - end
+	if g < 0 {
+		g = 0
+	}
+	i := min(int(g/100), gapBuckets-1)
+	atomic.AddUint64(ctlWord64(ctl, ctlGaps+8*i), 1)
+	atomic.AddUint64(ctlWord64(ctl, ctlGaps+8*(gapBuckets+i)), uint64(g))
 }
 
 func ctlWord32(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
@@ -268,6 +292,15 @@ func benchLoop(a benchArgs, ctl []byte, m *Manager, fd int) (uint64, error) {
 		} else {
 			atomic.StoreUint32(owner, me)
 			atomic.AddUint64(changes, 1)
+			if a.Gaps {
+				recordGap(ctl, me)
+			}
+		}
+		if a.Gaps {
+			defer func() {
+				atomic.StoreInt64((*int64)(unsafe.Pointer(&ctl[ctlGapEnd])), time.Now().UnixNano())
+				atomic.StoreUint32(ctlWord32(ctl, ctlGapWho), me)
+			}()
 		}
 		spinWork(a.CSIters)
 		if a.Ping {
@@ -482,6 +515,48 @@ type loopResult struct {
 	cpu      []time.Duration // per process: CPU time in the window (all threads, /proc schedstat)
 	maxprocs int             // GOMAXPROCS and CPUs of the children (from child 0)
 	cpus     int
+	gaps     bool               // gapCount and gapSum were recorded
+	gapCount [gapBuckets]uint64 // ownership changes in the window, by gap (100 ns buckets)
+	gapSum   [gapBuckets]uint64 // their gaps, ns
+}
+
+// gapP50 is the median gap between two sections of different processes (ns,
+// the middle of its 100 ns bucket; 3000 means 3 µs or more).
+func (r loopResult) gapP50() float64 {
+	var n, c uint64
+	for _, v := range r.gapCount {
+		n += v
+	}
+	for i, v := range r.gapCount {
+		if c += v; n > 0 && 2*c >= n {
+			return float64(i*100 + 50)
+		}
+	}
+	return 0
+}
+
+// gapMean is the mean gap (ns).
+func (r loopResult) gapMean() float64 {
+	var n, t uint64
+	for i := range r.gapCount {
+		n, t = n+r.gapCount[i], t+r.gapSum[i]
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(t) / float64(n)
+}
+
+// stallPct is the share of all gap time spent in gaps of 3 µs or more.
+func (r loopResult) stallPct() float64 {
+	var t uint64
+	for _, v := range r.gapSum {
+		t += v
+	}
+	if t == 0 {
+		return 0
+	}
+	return 100 * float64(r.gapSum[gapBuckets-1]) / float64(t)
 }
 
 func (r loopResult) opsPerSec() float64 { return float64(r.total) / r.elapsed.Seconds() }
@@ -615,12 +690,13 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 		cfg.window = benchWindow()
 	}
 	perUS := spinItersPerMicro()
+	gaps := os.Getenv("SHMLOCKS_BENCH_GAPS") != ""
 	kids := make([]benchChildInfo, cfg.procs)
 	for i := range kids {
 		kids[i] = startBenchChild(b, "loop", ctlPath, benchArgs{
 			Kind: cfg.kind, Table: tablePath, Flock: filepath.Join(dir, "flock"), Name: "contended",
 			Index: i, Mode: cfg.mode, CSIters: cfg.csIters, Ping: cfg.ping, Opts: cfg.opts, Calib: int(perUS * 20_000), // ~20 ms
-			Limit: cfg.warmup + cfg.window + 30*time.Second,
+			Limit: cfg.warmup + cfg.window + 30*time.Second, Gaps: gaps,
 		}, cpu)
 	}
 	res := loopResult{ops: make([]uint64, cfg.procs), maxprocs: kids[0].maxprocs, cpus: kids[0].cpus}
@@ -629,6 +705,13 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	}
 	for _, k := range kids {
 		k.send("go")
+	}
+	readGaps := func() (c, t [gapBuckets]uint64) {
+		for i := range c {
+			c[i] = atomic.LoadUint64(ctlWord64(ctl, ctlGaps+8*i))
+			t[i] = atomic.LoadUint64(ctlWord64(ctl, ctlGaps+8*(gapBuckets+i)))
+		}
+		return c, t
 	}
 	read := func() (time.Time, []uint64, uint64, uint64, uint64) {
 		ops := make([]uint64, cfg.procs)
@@ -648,9 +731,11 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	}
 	time.Sleep(cfg.warmup)
 	cpu0 := cpuNow()
+	gc0, gs0 := readGaps()
 	t0, ops0, ch0, rep0, _ := read()
 	time.Sleep(cfg.window)
 	t1, ops1, ch1, rep1, viol := read()
+	gc1, gs1 := readGaps()
 	cpu1 := cpuNow()
 	atomic.StoreUint32(ctlWord32(ctl, ctlStop), 1)
 	for _, k := range kids {
@@ -663,6 +748,10 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 		res.total += res.ops[i]
 	}
 	res.changes, res.repeats, res.viol = ch1-ch0, rep1-rep0, viol
+	res.gaps = gaps
+	for i := range gc1 {
+		res.gapCount[i], res.gapSum[i] = gc1[i]-gc0[i], gs1[i]-gs0[i]
+	}
 	for i := range cpu1 {
 		res.cpu = append(res.cpu, cpu1[i]-cpu0[i])
 	}
