@@ -156,7 +156,10 @@ func recordGap(ctl []byte, me uint32) {
 	if g < 0 {
 		g = 0
 	}
-	i := min(int(g/100), gapBuckets-1)
+	i := gapBuckets - 1
+	if g < int64(i)*100 {
+		i = int(g / 100)
+	}
 	atomic.AddUint64(ctlWord64(ctl, ctlGaps+8*i), 1)
 	atomic.AddUint64(ctlWord64(ctl, ctlGaps+8*(gapBuckets+i)), uint64(g))
 }
