@@ -51,18 +51,21 @@ func BenchmarkContention(b *testing.B) {
 					b.ReportMetric(fl.repeatPct(), "flock-repeat%")
 					b.ReportMetric(shm.calib, "calib-2v1")
 					if shm.gaps {
-						b.ReportMetric(shm.gapP50(), "shm-gap-p50-ns")
-						b.ReportMetric(shm.gapMean(), "shm-gap-mean-ns")
-						b.ReportMetric(shm.stallPct(), "shm-stall%")
-						b.ReportMetric(fl.gapP50(), "flock-gap-p50-ns")
-						b.ReportMetric(fl.gapMean(), "flock-gap-mean-ns")
-						b.ReportMetric(fl.stallPct(), "flock-stall%")
+						reportGaps(b, "shm", shm)
+						reportGaps(b, "flock", fl)
 					}
 					reportPinning(b, shm)
 				})
 			}
 		}
 	}
+}
+
+// reportGaps reports the gaps between sections of r (SHMLOCKS_BENCH_GAPS).
+func reportGaps(b *testing.B, kind string, r loopResult) {
+	b.ReportMetric(r.gapP50(), kind+"-gap-p50-ns")
+	b.ReportMetric(r.gapMean(), kind+"-gap-mean-ns")
+	b.ReportMetric(r.stallPct(), kind+"-stall%")
 }
 
 // BenchmarkSharedReaders: 1 and 2 child processes loop on a shared request
