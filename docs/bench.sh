@@ -149,6 +149,8 @@ END {
 	printf "| Request / CAS floor | %s |\n", fmt(rrqc)
 	printf "| flock pair / Acquire+Release (speed-up) | %s |\n", fmt(rfpa)
 	printf "| flock pair / Request (speed-up) | %s |\n", fmt(rfpr)
+	printf "| Acquire+Release, handle kept by the caller (a heap Lock) / CAS floor | %s |\n", fmt(pr(U "AcquireReleaseKept", U "CASFloor", "ns/op"))
+	printf "| flock pair / Acquire+Release, handle kept (speed-up) | %s |\n", fmt(pr(U "FlockPair", U "AcquireReleaseKept", "ns/op"))
 	printf "| open+flock+close / Acquire+Release (speed-up) | %s |\n", fmt(pr(U "OpenFlockClose", U "AcquireRelease", "ns/op"))
 	printf "| open+flock+close / Request (speed-up) | %s |\n", fmt(pr(U "OpenFlockClose", U "Request", "ns/op"))
 	printf "| Request on a 33-byte name / on a 5-byte name | %s |\n", fmt(pr(U "RequestLongName", U "Request", "ns/op"))
@@ -175,6 +177,7 @@ END {
 	r = rfpa; target("#2 Acquire+Release >= 3x faster than a flock pair", fmt(r) "x", r != "" && r >= 3)
 	a = m(U "Request", "allocs/op"); target("#5 Request allocs/op = 0", fmt(a), a != "" && a + 0 == 0)
 	a = m(U "AcquireRelease", "allocs/op"); target("#5 Acquire allocs/op <= 1", fmt(a), a != "" && a + 0 <= 1)
+	a = m(U "AcquireReleaseKept", "allocs/op"); target("#5 Acquire allocs/op <= 1, handle kept by the caller", a == "" ? "" : fmt(a), a != "" && a + 0 <= 1)
 	split("unpinned pinned", pins, " ")
 	for (p = 1; p <= 2; p++) {
 		H = "BenchmarkHandoff/" pins[p]

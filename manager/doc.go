@@ -26,7 +26,13 @@
 //	                                                                 agents → reap the dead
 //
 // Waiting goroutines do not hold OS threads: 5,000 waiters in one process
-// use a handful. See docs/design.md for the file layout, the state
+// use a handful. Every grant gets a Lock of its own, so that a stale handle
+// can never release a later grant: Request reuses pooled Locks (nothing can
+// reach one after its callback returns), and Acquire, inlined into its
+// caller, lets the compiler put the Lock on the caller's stack when the
+// handle does not outlive the caller's frame (no heap allocation), else it
+// is one 64-byte heap object. Release retains nothing; Lost registers the
+// Lock with the bell loop, so a caller that calls Lost gets a heap Lock. See docs/design.md for the file layout, the state
 // machines, the memory-ordering argument, the invariants (Manager.Check runs
 // the checker on a live table) and the failure model.
 package manager

@@ -32,8 +32,9 @@ const (
 // Lock is a granted request. A Lock obtained in Request's callback must not
 // be used after the callback returns.
 //
-// Acquire allocates one Lock per grant (a handle must never alias a later
-// grant), so the Lock is kept to one 64-byte size class: what only Lost and
+// Acquire makes one Lock per grant (a handle must never alias a later
+// grant), on its caller's stack when it can (see Acquire), else on the heap,
+// so the Lock is kept to one 64-byte size class: what only Lost and
 // Request's context use lives in ext, allocated on first use.
 type Lock struct {
 	m     *Manager
@@ -63,16 +64,11 @@ func (l *Lock) extension() *lockExt {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// init makes l a fresh held lock (a new incarnation). Only the state word is
-// read by other goroutines, so the other fields are written plainly. A
-// freshly allocated Lock (fresh) is not reachable by anyone yet, so even its
-// state word is written plainly.
-func (l *Lock) init(m *Manager, name string, mode Mode, ref table.Ref, token uint64, fresh bool) {
+// init makes pooled Lock l (Request's) a fresh held lock: a new incarnation.
+// Only the state word is read by other goroutines, so the other fields are
+// written plainly.
+func (l *Lock) init(m *Manager, name string, mode Mode, ref table.Ref, token uint64) {
 	l.m, l.name, l.mode, l.ref, l.token = m, name, uint8(mode), ref, token
-	if fresh {
-		*(*uint64)(unsafe.Pointer(&l.state)) = 1<<stateBits | lockHeld
-		return
-	}
 	if e := l.ext.Load(); e != nil {
 		e.lost = nil
 	}
@@ -211,8 +207,9 @@ func (l *Lock) releaseOwn() error {
 // and is now l's alone to set.
 func (l *Lock) release(word uint64) error {
 	m := l.m
+	var reg *regEntry
 	if word&flagRegistered != 0 {
-		m.held.drop(l.ref.Slot, l)
+		reg = m.held.drop(l.ref.Slot, l)
 	}
 	if m.closed.Load() {
 		return fmt.Errorf("release %q: %w", l.name, ErrClosed) // Close released it
@@ -243,9 +240,7 @@ func (l *Lock) release(word uint64) error {
 		// live process, or corruption): the lock is still ours; keep it
 		// releasable so that the caller can retry.
 		l.state.Store(word)
-		if word&flagRegistered != 0 {
-			m.held.restore(l.ref.Slot, l.ref.Serial, l)
-		}
+		m.held.restore(l.ref.Slot, reg)
 		return fmt.Errorf("release %q: %w", l.name, err)
 	}
 }

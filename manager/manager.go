@@ -88,8 +88,7 @@ type Manager struct {
 	cpuAt     atomic.Int64 // ns since born when oneCPU was last looked up (0: never)
 	oneCPU    atomic.Bool  // this process may run on one CPU only
 
-	pool  sync.Pool                 // *Lock for Request
-	arena atomic.Pointer[lockArena] // fresh Locks for Acquire
+	pool sync.Pool // *Lock for Request
 }
 
 // Open maps the lock table at path, creating it with the geometry in opts

@@ -68,13 +68,16 @@ func (r *registry) store(s, serial uint32, l *Lock) *regEntry {
 	return e
 }
 
-// drop unregisters l from slot s if it is still the one registered there.
-func (r *registry) drop(s uint32, l *Lock) {
+// drop unregisters l from slot s if it is still the one registered there,
+// and returns the registration it removed (for restore), if any. It does
+// not retain l (Release must not make its receiver escape: see newHeld).
+func (r *registry) drop(s uint32, l *Lock) *regEntry {
 	if p := r.at(s, false); p != nil {
-		if e := p.Load(); e != nil && e.l == l {
-			p.CompareAndSwap(e, nil)
+		if e := p.Load(); e != nil && e.l == l && p.CompareAndSwap(e, nil) {
+			return e
 		}
 	}
+	return nil
 }
 
 // dropEntry removes registration e from slot s if it is still there.
@@ -84,9 +87,12 @@ func (r *registry) dropEntry(s uint32, e *regEntry) {
 	}
 }
 
-// restore registers l at slot s (serial) again if nothing else was registered meanwhile.
-func (r *registry) restore(s, serial uint32, l *Lock) {
-	r.at(s, true).CompareAndSwap(nil, &regEntry{l, serial})
+// restore puts back registration e, removed from slot s by drop, if nothing
+// else was registered there meanwhile.
+func (r *registry) restore(s uint32, e *regEntry) {
+	if e != nil {
+		r.at(s, true).CompareAndSwap(nil, e)
+	}
 }
 
 // each calls f for every registration, with its slot.

@@ -31,9 +31,11 @@ func TestRegistry(t *testing.T) {
 	require.Same(t, b, r.load(regChunkSize).l)
 	require.Same(t, c, r.load(slots-1).l)
 
-	r.drop(0, b) // not the one registered there
+	require.Nil(t, r.drop(0, b), "not the one registered there")
 	require.Same(t, a, r.load(0).l)
-	r.restore(0, 7, b) // occupied: left alone
+	r.restore(0, &regEntry{b, 7}) // occupied: left alone
+	require.Same(t, a, r.load(0).l)
+	r.restore(0, nil) // nothing was dropped: nothing to put back
 	require.Same(t, a, r.load(0).l)
 
 	seen := map[uint32]*Lock{}
@@ -42,8 +44,15 @@ func TestRegistry(t *testing.T) {
 	require.Equal(t, map[uint32]*Lock{0: a, regChunkSize: b, slots - 1: c}, seen)
 	require.Equal(t, map[uint32]uint32{0: 1, regChunkSize: 2, slots - 1: 3}, serials, "each reports the serial stored with the Lock")
 
-	r.drop(regChunkSize, b)
-	r.restore(regChunkSize, 7, c)
+	e := r.drop(regChunkSize, b)
+	require.Same(t, b, e.l, "drop returns what it removed")
+	require.Nil(t, r.load(regChunkSize))
+	r.restore(regChunkSize, e) // a failed release puts it back
+	require.Same(t, e, r.load(regChunkSize))
+	require.Nil(t, r.drop(regChunkSize, c))
+	require.Same(t, r.drop(regChunkSize, b), e)
+	r.store(regChunkSize, 2, c)
+	r.restore(regChunkSize, e) // registered anew meanwhile: left alone
 	require.Same(t, c, r.load(regChunkSize).l)
 
 	var taken []*Lock

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/shmlocks/shmlocks/table"
 )
@@ -26,15 +27,15 @@ type RequestOptions struct {
 // l must not be used after fn returns.
 func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	fn func(ctx context.Context, l *Lock) error) error {
-	l := m.pool.Get().(*Lock)
-	err := m.acquire(ctx, name, opts, l, false)
+	ref, token, err := m.acquire(ctx, name, opts)
 	if err != nil {
-		m.pool.Put(l)
 		if errors.Is(err, ErrNotAvailable) {
 			return fn(ctx, nil)
 		}
 		return err
 	}
+	l := m.pool.Get().(*Lock)
+	l.init(m, name, opts.Mode, ref, token)
 	lc := &l.extension().ctx // allocated once per pooled Lock
 	*lc = lockCtx{l: l, parent: ctx}
 	ferr := fn(lc, l)
@@ -56,12 +57,34 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 
 // Acquire is the handle form of Request; the caller must Release.
 // With IfAvailable and the lock not grantable at once: (nil, ErrNotAvailable).
-func (m *Manager) Acquire(ctx context.Context, name string, opts RequestOptions) (*Lock, error) {
-	l := m.newLock()
-	if err := m.acquire(ctx, name, opts, l, true); err != nil {
-		return nil, err
+//
+// Every grant gets a Lock of its own (a stale handle must never alias a
+// later grant). Acquire is small enough to be inlined into its caller, so
+// the compiler allocates that Lock in the caller: on the caller's stack when
+// the handle does not outlive the caller's frame (the usual Acquire, defer
+// Release), else one 64-byte heap object. Nothing the Lock's methods do
+// retains it, except Lost (and Request's context), which register it with
+// the bell loop: a caller that calls Lost gets a heap Lock.
+func (m *Manager) Acquire(ctx context.Context, name string, opts RequestOptions) (l *Lock, err error) {
+	l = new(Lock)
+	err = m.acquireNew(ctx, name, opts, &l)
+	return
+}
+
+// acquireNew is acquire for Acquire: it makes *lp, a new Lock that nobody
+// else can reach yet, the handle of the grant (state written plainly), or
+// sets *lp to nil. Neither it nor Release retains the Lock: keep it so, or
+// every Acquire allocates (TestAcquireOnTheStack).
+func (m *Manager) acquireNew(ctx context.Context, name string, opts RequestOptions, lp **Lock) error {
+	ref, token, err := m.acquire(ctx, name, opts)
+	if err != nil {
+		*lp = nil
+		return err
 	}
-	return l, nil
+	l := *lp
+	l.m, l.name, l.token, l.ref, l.mode = m, name, token, ref, uint8(opts.Mode)
+	*(*uint64)(unsafe.Pointer(&l.state)) = 1<<stateBits | lockHeld
+	return nil
 }
 
 // validate applies the contract's order: closed, then name and options, then ctx.
@@ -90,13 +113,16 @@ func (m *Manager) validate(ctx context.Context, name string, opts RequestOptions
 	return nil
 }
 
-func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions, l *Lock, fresh bool) (err error) {
+// acquire grants or queues and waits for a request and returns its Ref and
+// fencing token; the caller makes the Lock (Acquire a new one, which the
+// compiler may keep on the caller's stack; Request a pooled one).
+func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions) (ref table.Ref, token uint64, err error) {
 	// The file may be truncated under us (the mapping then faults): the
 	// fault becomes ErrCorrupt, and the Manager stops trusting its count
 	// of operations in flight, which the fault may have left raised.
 	defer table.EndGuard(table.BeginGuard(), &err, m.faultFn)
 	if err := m.validate(ctx, name, opts); err != nil {
-		return err
+		return table.Ref{}, 0, err
 	}
 	var w table.Wakes
 	h := table.Hash(name)
@@ -116,26 +142,25 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 				// who must be rung.
 				m.t.Release(m.a, ref, &w)
 				m.t.Deliver(&w, m.ringFn)
-				return ErrClosed
+				return table.Ref{}, 0, ErrClosed
 			}
-			l.init(m, name, opts.Mode, ref, token, fresh)
-			return nil
+			return ref, token, nil
 		}
 	}
 	// A slot for the latched path. The claim is what Close waits for
 	// instead of an in-flight count (ClaimsSettled): a claim made before
 	// Close set closed is seen by it, one made after sees closed here.
-	ref, err := m.t.Claim(m.a, h)
+	ref, err = m.t.Claim(m.a, h)
 	if err != nil {
-		return fmt.Errorf("lock %q: %w", name, err)
+		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, err)
 	}
 	if m.closed.Load() {
 		m.t.FreeClaimed(m.a, ref)
-		return ErrClosed
+		return table.Ref{}, 0, ErrClosed
 	}
 	if !m.enter() {
 		m.t.FreeClaimed(m.a, ref)
-		return ErrClosed
+		return table.Ref{}, 0, ErrClosed
 	}
 	// The first attempt never queues (a waiting request takes a second
 	// one), so the uncontended path reads no clock.
@@ -150,7 +175,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 			m.leave()
 			m.yieldIfDue()
 			if !m.enter() {
-				return ErrClosed
+				return table.Ref{}, 0, ErrClosed
 			}
 		}
 		ref, out, token, err = m.t.Acquire(m.a, name, h, uint32(opts.Mode), false, false, &w)
@@ -164,22 +189,21 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions,
 	}
 	m.leave()
 	if err != nil {
-		return fmt.Errorf("lock %q: %w", name, err)
+		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, err)
 	}
 	switch out {
 	case table.NotAvailable:
-		return fmt.Errorf("lock %q: %w", name, ErrNotAvailable)
+		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, ErrNotAvailable)
 	case table.Queued:
 		token, err = m.wait(ctx, name, ref)
 		if err != nil {
-			return err
+			return table.Ref{}, 0, err
 		}
 	}
 	// The Lock is registered in m.held only once someone can observe its
 	// loss asynchronously (Lost, or the Request context's Done): Release
 	// learns of a steal from the table anyway.
-	l.init(m, name, opts.Mode, ref, token, fresh)
-	return nil
+	return ref, token, nil
 }
 
 // mono is this Manager's monotonic clock, in ns since Open.
@@ -614,29 +638,5 @@ func (m *Manager) loseIfGone(slot uint32, e *regEntry) {
 		if mine && st == table.SlotStolen && serial == e.serial {
 			m.t.FreeStolen(m.a, table.Ref{Slot: slot, Serial: serial})
 		}
-	}
-}
-
-// lockArena hands out distinct Locks for Acquire, lockArenaSize per heap
-// allocation. Every Acquire gets a Lock nobody else ever had (a stale
-// handle must never alias a later grant); an arena is garbage once none of
-// its Locks is referenced. 63 Locks of 64 bytes and the counter fill the
-// 4 KiB size class exactly (TestLockSizes).
-const lockArenaSize = 63
-
-type lockArena struct {
-	next  atomic.Int32
-	locks [lockArenaSize]Lock
-}
-
-func (m *Manager) newLock() *Lock {
-	for {
-		a := m.arena.Load()
-		if a != nil {
-			if i := a.next.Add(1) - 1; i < lockArenaSize {
-				return &a.locks[i]
-			}
-		}
-		m.arena.CompareAndSwap(a, new(lockArena))
 	}
 }
