@@ -70,7 +70,7 @@ func (r *registry) store(s, serial uint32, l *Lock) *regEntry {
 
 // drop unregisters l from slot s if it is still the one registered there,
 // and returns the registration it removed (for restore), if any. It does
-// not retain l (Release must not make its receiver escape: see newHeld).
+// not retain l (Release must not make its receiver escape: see Acquire).
 func (r *registry) drop(s uint32, l *Lock) *regEntry {
 	if p := r.at(s, false); p != nil {
 		if e := p.Load(); e != nil && e.l == l && p.CompareAndSwap(e, nil) {
