@@ -679,6 +679,12 @@ func TestLockSizes(t *testing.T) {
 // allocKept makes the handles of the escaping case escape.
 var allocKept *Lock
 
+// inlineProbe is inlined, and its int kept on the caller's stack, unless
+// the build turns inlining off (-gcflags=-l, as debuggers want).
+func inlineProbe() *int { return new(int) }
+
+var inlineSink int
+
 // Acquire is inlined into its caller and neither it nor Release retains the
 // Lock, so a handle that does not outlive its caller's frame is no heap
 // allocation at all; one the caller keeps is exactly one. This fails if a
@@ -687,6 +693,9 @@ var allocKept *Lock
 func TestAcquireOnTheStack(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
+	}
+	if testing.AllocsPerRun(100, func() { p := inlineProbe(); *p = 1; inlineSink += *p }) != 0 {
+		t.Skip("inlining is off in this build: every handle is a heap object")
 	}
 	m := openM(t, tablePath(t), nil)
 	ctx := context.Background()
