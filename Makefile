@@ -2,7 +2,7 @@
 GO      ?= go
 TIMEOUT ?= 8m
 
-.PHONY: all build run demo test fmt vet race poll 386 cross bench clean
+.PHONY: all build run demo test fmt vet race poll 386 cross etcd bench clean
 
 all: build
 
@@ -24,7 +24,7 @@ demo: build
 # Everything CI checks: formatting, vet, the race-enabled suite, the suite on
 # the polling fallback, a 32-bit run (64-bit atomics alignment) and the
 # cross-compiles of every package and its tests.
-test: fmt vet race poll 386 cross
+test: fmt vet race poll 386 cross etcd
 
 fmt:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \
@@ -47,6 +47,15 @@ cross:
 	GOOS=darwin  GOARCH=arm64 $(GO) vet ./...
 	GOOS=freebsd GOARCH=amd64 $(GO) vet ./...
 	GOOS=windows GOARCH=amd64 $(GO) vet ./...
+
+# The etcd backend, a nested module (etcd/, its own go.mod: etcd stays out
+# of the core module): vet, and its tests on embedded etcd clusters
+# (loopback, t.TempDir; docs/etcd.md). ETCD_RACE=-race adds the race
+# detector (the embedded etcd server is then several times slower).
+ETCD_RACE ?=
+etcd:
+	cd etcd && $(GO) vet ./...
+	cd etcd && $(GO) test $(ETCD_RACE) -count=1 -timeout $(TIMEOUT) ./...
 
 # The benchmarks of docs/benchmarks.md: medians of COUNT runs, ratios and the
 # issue targets; raw output and summary in bench-out/ (about 4 minutes).
