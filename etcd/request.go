@@ -225,7 +225,9 @@ func (st nameState) index(key string) int {
 	return -1
 }
 
-// lostWaiting is the error of a waiting request whose key disappeared.
+// lostWaiting is the error of a waiting request whose key disappeared: the
+// Manager closed, the lease ended, or a steal took the grant before the
+// request saw it.
 func (r *request) lostWaiting() error {
 	r.b.mu.Lock()
 	closed := r.b.closed
@@ -233,7 +235,14 @@ func (r *request) lostWaiting() error {
 	if closed {
 		return fmt.Errorf("lock %q: %w", r.name, manager.ErrClosed)
 	}
-	return fmt.Errorf("lock %q: request key deleted while waiting: %w", r.name, ErrSessionLost)
+	select {
+	case <-r.sess.Done():
+		return fmt.Errorf("lock %q: request key deleted while waiting: %w", r.name, ErrSessionLost)
+	default:
+	}
+	// Granted (the last conflicting key ahead went) and stolen before we
+	// read the queue again, as the table reports it.
+	return fmt.Errorf("lock %q: granted and stolen before use: %w", r.name, manager.ErrStolen)
 }
 
 // waitDeleted blocks until key (read at revision rev) is deleted, ctx ends,

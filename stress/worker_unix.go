@@ -21,6 +21,7 @@ import (
 // workerConfig is what the supervisor passes to a worker (JSON in WorkerEnv).
 type workerConfig struct {
 	Backend     string        `json:"backend"`
+	Target      string        `json:"target,omitempty"`
 	Table       string        `json:"table"`
 	Region      string        `json:"region"`
 	LockDir     string        `json:"lockDir"`
@@ -109,7 +110,15 @@ func WorkerMain(stdout, stderr io.Writer) int {
 		be = newFlockBackend(wc.LockDir, wc.Goroutines, wc.Names)
 		c.Tokens = false
 	default:
-		return fail("unknown backend %q", wc.Backend)
+		p, ok := plugin(wc.Backend)
+		if !ok {
+			return fail("unknown backend %q (not registered in this binary)", wc.Backend)
+		}
+		m, err := p.Open(wc.Target)
+		if err != nil {
+			return fail("%v", err)
+		}
+		be = &shmBackend{m: m}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -237,7 +246,7 @@ func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c
 			mode = modeShared
 		}
 		ifAvailable := rng.Float64() < wc.IfAvailable
-		steal := !ifAvailable && mode == modeExclusive && rng.Float64() < wc.Steal && wc.Backend == BackendShmlocks
+		steal := !ifAvailable && mode == modeExclusive && rng.Float64() < wc.Steal && wc.Backend != BackendFlock
 		timed := !ifAvailable && !steal && rng.Float64() < wc.Timeout
 		rctx, cancel := ctx, context.CancelFunc(func() {})
 		var deadline int64
