@@ -27,7 +27,8 @@ type request struct {
 
 	lost     chan struct{} // closed when a held grant is taken away
 	lostOnce sync.Once
-	stopW    context.CancelFunc // stops the holder's watch
+	grantRev int64              // the revision of the grant (the token)
+	stopW    context.CancelFunc // stops the holder's watch (once Watch started it; r.mu)
 
 	mu       sync.Mutex
 	released bool
@@ -80,8 +81,8 @@ func (b *backend) Acquire(ctx context.Context, name string, opts manager.Request
 		return manager.BackendGrant{}, err
 	}
 	b.track(r)
-	r.watchHeld(token)
-	return manager.BackendGrant{Token: uint64(token), Lost: r.lost, Release: r.release}, nil
+	r.grantRev = token
+	return manager.BackendGrant{Token: uint64(token), Lost: r.lost, Release: r.release, Watch: r.watchHeld}, nil
 }
 
 // callErr maps the error of an etcd call made with the caller's ctx.
@@ -343,12 +344,21 @@ func (r *request) steal(ctx context.Context, val string) (int64, error) {
 	}
 }
 
-// watchHeld watches our key from the grant on: its deletion by anyone but
-// us (a steal, the end of the lease) closes lost. A watch that breaks is
+// watchHeld (the grant's Watch: started the first time someone looks at
+// Lost) watches our key from the grant on: its deletion by anyone but us
+// (a steal, the end of the lease) closes lost. A watch that breaks is
 // restarted after a Get that finds the key still ours.
-func (r *request) watchHeld(rev int64) {
+func (r *request) watchHeld() {
 	ctx, cancel := context.WithCancel(r.b.ctx)
+	r.mu.Lock()
+	if r.released {
+		r.mu.Unlock()
+		cancel()
+		return
+	}
 	r.stopW = cancel
+	r.mu.Unlock()
+	rev := r.grantRev
 	go func() {
 		defer cancel()
 		for ctx.Err() == nil {
@@ -424,7 +434,12 @@ func (r *request) release() error {
 }
 
 func (r *request) stop() {
-	r.stopW()
+	r.mu.Lock()
+	stop := r.stopW
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
 	r.b.untrack(r)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 )
 
@@ -56,6 +57,12 @@ type BackendGrant struct {
 	// grant was lost it returns an error wrapping ErrStolen (or ErrClosed)
 	// and touches no other grant.
 	Release func() error
+	// Watch, when not nil, is called once, the first time the grant's loss
+	// must be observed asynchronously (Lost, or the Done of Request's
+	// context): a backend may start watching for the loss only then, so
+	// that a grant nobody watches costs no watch. A loss found otherwise
+	// (Release, the end of a session) still closes Lost.
+	Watch func()
 }
 
 // NewBackendManager returns a Manager whose locks live in b instead of a
@@ -76,6 +83,14 @@ func NewBackendManager(b Backend) *Manager {
 // backendGrant is a BackendGrant held by a Lock (in its lockExt).
 type backendGrant struct {
 	BackendGrant
+	watchOnce sync.Once
+}
+
+// watch calls the backend's Watch once.
+func (g *backendGrant) watch() {
+	if g.Watch != nil {
+		g.watchOnce.Do(g.Watch)
+	}
 }
 
 // lostNow reports whether the grant has been taken away.
@@ -108,7 +123,7 @@ func (m *Manager) acquireBackend(ctx context.Context, name string, opts RequestO
 	// Lock is never registered with the bell loop). Nobody else can reach
 	// l yet, so both words are written plainly: an atomic store would make
 	// the compiler move every Acquire's Lock to the heap.
-	*(**lockExt)(unsafe.Pointer(&l.ext)) = &lockExt{bk: &backendGrant{g}, lost: g.Lost}
+	*(**lockExt)(unsafe.Pointer(&l.ext)) = &lockExt{bk: &backendGrant{BackendGrant: g}, lost: g.Lost}
 	*(*uint64)(unsafe.Pointer(&l.state)) = 1<<stateBits | flagBackend | lockHeld
 	return nil
 }

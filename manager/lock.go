@@ -132,7 +132,10 @@ func (l *Lock) lostLocked(e *lockExt) chan struct{} {
 func (l *Lock) watch() {
 	word := l.state.Load()
 	if word&stateMask != lockHeld || word&(flagRegistered|flagBackend) != 0 {
-		return // a backend closes its grants' lost channels itself
+		if word&flagBackend != 0 {
+			l.ext.Load().bk.watch() // a backend closes its grants' lost channels itself
+		}
+		return
 	}
 	m := l.m
 	if !m.enter() {
