@@ -21,6 +21,7 @@ type request struct {
 	name      string
 	base      string // P/e/
 	key       string
+	num       uint64 // the key's number among this Manager's (see backend.newNum)
 	excl      bool
 	sess      *concurrency.Session
 	createRev int64
@@ -58,14 +59,12 @@ func (b *backend) Acquire(ctx context.Context, name string, opts manager.Request
 	}
 	r := &request{b: b, name: name, base: b.nameBase(name), excl: opts.Mode == manager.Exclusive,
 		sess: s, lost: make(chan struct{})}
-	b.mu.Lock()
-	b.seq++
 	sub := "s/"
 	if r.excl {
 		sub = "x/"
 	}
-	r.key = r.base + sub + b.clientID + "-" + strconv.FormatUint(b.seq, 10)
-	b.mu.Unlock()
+	r.num = b.newNum()
+	r.key = r.base + sub + b.clientID + "-" + strconv.FormatUint(r.num, 10)
 	val, _ := json.Marshal(meta{Client: b.clientID, PID: b.pid, Steal: opts.Steal})
 
 	var token int64
@@ -78,6 +77,11 @@ func (b *backend) Acquire(ctx context.Context, name string, opts manager.Request
 		token, err = r.enqueue(ctx, string(val))
 	}
 	if err != nil {
+		if errors.Is(err, manager.ErrNotAvailable) {
+			b.freeNum(r.num) // no key was created
+		} else {
+			r.freeIfGone()
+		}
 		return manager.BackendGrant{}, err
 	}
 	b.track(r)
@@ -426,11 +430,24 @@ func (r *request) release() error {
 		return fmt.Errorf("etcd: %w", err)
 	}
 	r.stop()
+	r.b.freeNum(r.num) // deleted now, or gone already
 	if !resp.Succeeded {
 		r.lose()
 		return r.lostErr()
 	}
 	return nil
+}
+
+// freeIfGone lets a later request reuse the key's number if the key is
+// known to be gone (a failed Acquire normally withdrew it; if that failed,
+// the number is not reused, so a leftover key can never be mistaken for a
+// new request's).
+func (r *request) freeIfGone() {
+	ctx, cancel := r.b.callCtx()
+	defer cancel()
+	if g, err := r.b.cli.Get(ctx, r.key, clientv3.WithCountOnly()); err == nil && g.Count == 0 {
+		r.b.freeNum(r.num)
+	}
 }
 
 func (r *request) stop() {
