@@ -1,10 +1,13 @@
 package manager
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -183,4 +186,171 @@ func TestCoalesceProcessesErrors(t *testing.T) {
 			require.Len(t, counterLines(t, counter, "start"), 2)
 		})
 	}
+}
+
+// A caller that arrives after a flight published its outcome never gets
+// that outcome, even when it joins its process's flight that is still
+// waiting for the lock: C publishes and is held at coalesce.renamed (lock
+// still held); A's first caller, there before the publish, gets C's bytes;
+// A's second caller, there after it, leads a new run.
+//
+//	C: pause coalesce.renamed; coalesce x (fn blocks)  -> running
+//	A: coalesce x (early)                               -> waits, A's pilot queued
+//	C: go                                               -> C published, paused
+//	A: coalesce x (late)                                -> joins A's flight
+//	C: resume                                           -> C released
+//	A: early: C's bytes, shared; late: a new run, not shared
+func TestCoalesceNeverOlderThanArrival(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, nil)
+	counter := filepath.Join(t.TempDir(), "runs")
+	a, c := spawn(t, path, nil), spawn(t, path, nil)
+	c.send("pause coalesce.renamed")
+	c.expect("armed")
+	c.send("coalesce x lead %s block", counter)
+	c.expect("running lead")
+	a.send("coalesce x early %s quick", counter)
+	a.send("members x 1")
+	a.expect("members x")
+	waitPending(t, m, "-c:x", 1)
+	c.send("go lead")
+	c.expect("paused coalesce.renamed")
+	a.send("coalesce x late %s quick", counter)
+	a.send("members x 2")
+	a.expect("members x")
+	c.send("resume")
+	lead := parseCoalesced(c.expect("coalesced lead"))
+	early := parseCoalesced(a.expect("coalesced early"))
+	late := parseCoalesced(a.expect("coalesced late"))
+	require.Equal(t, lead.result, early.result)
+	require.True(t, early.shared)
+	require.False(t, late.shared, "the late caller leads")
+	require.NotEqual(t, lead.result, late.result)
+	require.Equal(t, []string{"run " + lead.result, "run " + late.result}, counterLines(t, counter, "run"))
+	checkAll(t, m)
+
+	// CoalesceWithin accepts a recent result without a run.
+	res, shared, err := m.CoalesceWithin(ctxT(t, eventually), "x", eventually, func(context.Context) ([]byte, error) {
+		t.Fatal("fn ran although a recent result was published")
+		return nil, nil
+	})
+	require.NoError(t, err)
+	require.True(t, shared)
+	require.Equal(t, late.result, string(res))
+}
+
+// The crash points of a leader: killed at each, no follower is left waiting
+// and none gets a partial result; fn runs again only if nothing was published.
+func TestCoalesceCrashPoints(t *testing.T) {
+	published := map[string]bool{"coalesce.ran": false, "coalesce.written": false, "coalesce.renamed": true}
+	for _, point := range CoalesceCrashPoints {
+		t.Run(point, func(t *testing.T) {
+			pub, ok := published[point]
+			if !ok {
+				t.Fatalf("coalesce crash point %q has no multi-process test", point)
+			}
+			path := tablePath(t)
+			m := openM(t, path, nil)
+			counter := filepath.Join(t.TempDir(), "runs")
+			a, c := spawn(t, path, nil), spawn(t, path, nil)
+			c.send("crash %s", point)
+			c.expect("armed")
+			c.send("coalesce x lead %s block", counter)
+			c.expect("running lead")
+			joinFollowers(t, m, "x", counter, "quick", 2, a)
+			c.send("go lead")
+			deadline := time.After(eventually)
+			for open := true; open; { // until it died at its crash point
+				select {
+				case _, open = <-c.lines:
+				case <-deadline:
+					t.Fatalf("leader did not reach %s within %v", point, eventually)
+				}
+			}
+			c.wait()
+			var got []coalesced
+			for j := 0; j < 2; j++ {
+				r := parseCoalesced(a.expect("coalesced"))
+				require.Equal(t, "none", r.errkind)
+				got = append(got, r)
+			}
+			runs := counterLines(t, counter, "run")
+			require.Len(t, runs, map[bool]int{true: 1, false: 2}[pub])
+			require.Equal(t, got[0].result, got[1].result)
+			require.Equal(t, "run "+got[0].result, runs[len(runs)-1], "the bytes of the last run, whole")
+			if pub {
+				require.True(t, got[0].shared && got[1].shared, "the dead leader's published result")
+			} else {
+				require.NotEqual(t, got[0].shared, got[1].shared, "one follower led")
+			}
+			temps, _ := filepath.Glob(filepath.Join(path+".coalesce", "*"+tempInfix+"*"))
+			require.Empty(t, temps, "the next leader removed the dead leader's temporary file")
+			checkAll(t, m)
+		})
+	}
+	for point := range published {
+		require.Contains(t, CoalesceCrashPoints, point)
+	}
+}
+
+// N processes x M goroutines call Coalesce on one name, again and again,
+// while the first leader hangs in fn and is SIGKILLed: every caller of the
+// survivors returns, with bytes that a real run of fn produced; fn ran
+// fewer times than it was called.
+func TestCoalesceProcessesStress(t *testing.T) {
+	procs, goroutines, rounds := 3, 4, 20
+	if testing.Short() {
+		rounds = 5
+	}
+	path := tablePath(t)
+	m := openM(t, path, nil)
+	counter := filepath.Join(t.TempDir(), "runs")
+	v := spawn(t, path, nil)
+	v.send("coalesce x victim %s hang", counter)
+	v.expect("running victim")
+	var cs []*child
+	for i := 0; i < procs; i++ {
+		c := spawn(t, path, nil)
+		c.send("loop x %d %d %s", goroutines, rounds, counter)
+		cs = append(cs, c)
+	}
+	waitPending(t, m, "-c:x", procs)
+	v.kill()
+	calls := 0
+	for _, c := range cs {
+		line := c.expect("loopdone")
+		var n, led, failed int
+		var results string
+		for _, f := range strings.Fields(line)[1:] {
+			k, val, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				n = atoi(val)
+			case "led":
+				led = atoi(val)
+			case "failed":
+				failed = atoi(val)
+			case "results":
+				results = val
+			}
+		}
+		require.Zero(t, failed, "child %d: %s", c.pid, line)
+		require.Equal(t, goroutines*rounds, n)
+		runs := counterLines(t, counter, "run")
+		for _, r := range strings.Split(results, ",") {
+			require.Contains(t, runs, "run "+r, "a result no run produced")
+		}
+		require.LessOrEqual(t, led, n)
+		calls += n
+	}
+	runs := counterLines(t, counter, "run")
+	require.Less(t, len(runs), calls, "coalesced: fewer runs than calls")
+	t.Logf("%d calls in %d processes x %d goroutines, %d runs of fn", calls, procs, goroutines, len(runs))
+	checkAll(t, m)
+}
+
+func atoi(s string) int {
+	var n int
+	fmt.Sscan(s, &n)
+	return n
 }

@@ -111,6 +111,55 @@ func childCoalesce(m *Manager, f []string) {
 			})
 			say("coalesced %s shared=%v result=%s errkind=%s", tag, shared, res, errKind(err))
 		}()
+	case "loop":
+		// loop NAME G ROUNDS COUNTER: G goroutines call Coalesce ROUNDS
+		// times each (fn as quick, 1 ms long) -> "loopdone calls=N led=L
+		// failed=E results=R1,R2,..." (the distinct results received).
+		name, counter := f[1], f[4]
+		var g, rounds int
+		fmt.Sscan(f[2], &g)
+		fmt.Sscan(f[3], &rounds)
+		go func() {
+			var mu sync.Mutex
+			seen := map[string]bool{}
+			calls, led, failed := 0, 0, 0
+			var wg sync.WaitGroup
+			for i := 0; i < g; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := 0; r < rounds; r++ {
+						ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+						res, shared, err := m.Coalesce(ctx, name, func(ctx context.Context) ([]byte, error) {
+							appendLine(counter, fmt.Sprintf("start loop %d", os.Getpid()))
+							time.Sleep(time.Millisecond)
+							r := fmt.Sprintf("%d-loop-%d", os.Getpid(), time.Now().UnixNano())
+							appendLine(counter, "run "+r)
+							return []byte(r), nil
+						})
+						cancel()
+						mu.Lock()
+						calls++
+						if err != nil {
+							failed++
+							say("loopfail %s", errKind(err))
+						} else {
+							seen[string(res)] = true
+							if !shared {
+								led++
+							}
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			var rs []string
+			for r := range seen {
+				rs = append(rs, r)
+			}
+			say("loopdone calls=%d led=%d failed=%d results=%s", calls, led, failed, strings.Join(rs, ","))
+		}()
 	case "members":
 		var n int
 		fmt.Sscan(f[2], &n)

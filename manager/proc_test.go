@@ -194,7 +194,7 @@ func childMain(role string) int {
 				continue
 			}
 			say("flocked")
-		case "coalesce", "members", "pause", "resume", "go", "reenter", "releasechild", "releaseouter":
+		case "coalesce", "loop", "members", "pause", "resume", "go", "reenter", "releasechild", "releaseouter":
 			childCoalesce(m, f) // coalesce_proc_test.go
 		case "exit":
 			os.Exit(0)
