@@ -194,6 +194,8 @@ func childMain(role string) int {
 				continue
 			}
 			say("flocked")
+		case "refreshround":
+			childRefreshRound(m, f) // seed_tokenrefresh_test.go
 		case "coalesce", "loop", "members", "pause", "resume", "go", "reenter", "releasechild", "releaseouter":
 			childCoalesce(m, f) // coalesce_proc_test.go
 		case "exit":
