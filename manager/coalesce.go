@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shmlocks/shmlocks/table"
 )
 
 // Coalesce: one run of fn for all the callers of a name that overlap in
@@ -394,7 +396,11 @@ func (m *Manager) publish(l *Lock, name string, res []byte, ferr error) error {
 		return ErrClosed // the temporary file is removed by the next leader
 	}
 	defer m.leave()
-	if l.st() != lockHeld {
+	held := false
+	if err := table.Guard(func() error { held = m.t.Holds(m.a, l.ref); return nil }); err != nil {
+		return err
+	}
+	if l.st() != lockHeld || !held {
 		return fmt.Errorf("coalesce %q: flight lock: %w", name, ErrStolen)
 	}
 	if err := os.Rename(tmp, st.path(name)); err != nil {
