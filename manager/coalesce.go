@@ -24,13 +24,11 @@ import (
 // one of them while it leads. Across processes, a flight is an exclusive
 // hold of the name's flight lock (an internal lock name, flightName):
 //
-//	pilot ─▶ note the published outcome (gen0) ─▶ flight lock IfAvailable
-//	             granted ──────────────────────────────────────┐
-//	             taken ─▶ queue for the lock ─▶ granted:       │
-//	                        outcome published since gen0? ─yes─▶ release; share it
-//	                        no (the leader died, or gave up) ──┤
-//	                                                           ▼
-//	                     lead: run a caller's fn ─▶ write temp ─▶ rename ─▶ release
+//	pilot ─▶ flight lock (IfAvailable, else queue) ─▶ granted:
+//	           outcome published since a caller arrived? ─▶ it gets it
+//	           callers left (nothing new for them: the leader died or
+//	           gave up, or they came after its outcome) ─▶ lead:
+//	             run a caller's fn ─▶ write temp ─▶ rename ─▶ release
 //
 // Only the holder of the flight lock writes the name's outcome file, and it
 // writes the flight lock's fencing token into it. A follower accepts only an
@@ -299,22 +297,21 @@ func (m *Manager) pilot(f *flight) {
 	l, err := m.Acquire(f.ctx, lname, RequestOptions{IfAvailable: true})
 	if errors.Is(err, ErrNotAvailable) {
 		l, err = m.Acquire(f.ctx, lname, RequestOptions{})
-		if err == nil {
-			// Granted after another holder: has a flight published since
-			// our callers arrived? (A corrupt or missing outcome is none:
-			// we lead, and our outcome replaces it.)
-			if o, rerr := st.read(name); rerr == nil && o != nil && !m.share(f, o) {
-				l.Release()
-				return
-			}
-			// Callers are left for whom nothing new was published (its
-			// leader died or gave up, or they came after it): we lead.
-		}
 	}
 	if err != nil {
 		m.finish(f, nil, fmt.Errorf("coalesce %q: %w", name, err))
 		return
 	}
+	// Has a flight published since our callers arrived (the one we
+	// queued behind, or one that ended between their arrival and our
+	// grant)? A corrupt or missing outcome is none: we lead, and our
+	// outcome replaces it.
+	if o, rerr := st.read(name); rerr == nil && o != nil && !m.share(f, o) {
+		l.Release()
+		return
+	}
+	// Callers are left for whom nothing new was published (its leader
+	// died or gave up, or they came after it): we lead.
 	st.removeTemps(name)
 	for {
 		mb := m.next(f)
