@@ -72,6 +72,8 @@ type flight struct {
 
 // member is one caller of Coalesce in a flight.
 type member struct {
+	m    *Manager
+	name string
 	ctx  context.Context
 	fn   func(ctx context.Context) ([]byte, error)
 	gen0 gen // the outcome published when it arrived: never its outcome
@@ -146,7 +148,11 @@ func (m *Manager) CoalesceWithin(ctx context.Context, name string, maxAge time.D
 	if _, err := m.flightName(name); err != nil {
 		return nil, false, err
 	}
-	mb := &member{ctx: ctx, fn: fn, done: make(chan struct{})}
+	if inFlight(ctx, m, name) {
+		// Called from fn of a flight on name: it would wait for itself.
+		return nil, false, fmt.Errorf("%w: coalesce %q called from its own flight's fn", ErrWouldDeadlock, name)
+	}
+	mb := &member{m: m, name: name, ctx: ctx, fn: fn, done: make(chan struct{})}
 	if o, err := m.store().read(name); err == nil && o != nil {
 		if maxAge > 0 && o.fresh(maxAge, time.Now()) {
 			return o.data, true, nil
@@ -356,6 +362,39 @@ func (m *Manager) pilot(f *flight) {
 	}
 }
 
+// flightCtx is the ctx of a flight's fn: its caller's ctx, marked as inside
+// a flight on name, so that a Coalesce on name from fn fails at once
+// (ErrWouldDeadlock) instead of waiting for its own flight.
+type flightCtx struct {
+	context.Context
+	m    *Manager
+	name string
+}
+
+type flightKey struct{}
+
+func (c *flightCtx) Value(key any) any {
+	if _, ok := key.(flightKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// inFlight reports whether ctx is (derived from) the ctx of fn of m's flight on name.
+func inFlight(ctx context.Context, m *Manager, name string) bool {
+	for v := ctx.Value(flightKey{}); v != nil; {
+		c, ok := v.(*flightCtx)
+		if !ok {
+			return false
+		}
+		if c.m == m && c.name == name {
+			return true
+		}
+		v = c.Context.Value(flightKey{})
+	}
+	return false
+}
+
 // runFn runs mb's fn, turning a panic into a value.
 func runFn(mb *member) (res []byte, err error, pv any) {
 	defer func() {
@@ -363,7 +402,7 @@ func runFn(mb *member) (res []byte, err error, pv any) {
 			pv = r
 		}
 	}()
-	res, err = mb.fn(mb.ctx)
+	res, err = mb.fn(&flightCtx{Context: mb.ctx, m: mb.m, name: mb.name})
 	return res, err, nil
 }
 

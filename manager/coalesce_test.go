@@ -362,3 +362,20 @@ func TestCoalesceTwoAgentsRepeated(t *testing.T) {
 	require.Less(t, runs.Load(), calls.Load())
 	checkAll(t, ms[0])
 }
+
+// fn calling Coalesce on its own name would wait for itself: ErrWouldDeadlock
+// at once. Another name is fine.
+func TestCoalesceFromOwnFn(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	ctx := ctxT(t, eventually)
+	res, _, err := m.Coalesce(ctx, "x", func(ctx context.Context) ([]byte, error) {
+		_, _, err := m.Coalesce(ctx, "x", func(context.Context) ([]byte, error) { panic("must not run") })
+		if !errors.Is(err, ErrWouldDeadlock) {
+			return nil, fmt.Errorf("nested on x: %v", err)
+		}
+		inner, _, err := m.Coalesce(context.WithoutCancel(ctx), "y", func(context.Context) ([]byte, error) { return []byte("y"), nil })
+		return append([]byte("x+"), inner...), err
+	})
+	require.NoError(t, err)
+	require.Equal(t, "x+y", string(res))
+}
