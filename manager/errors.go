@@ -35,6 +35,7 @@ var (
 	// name (WithLock, or the ctx of Request's fn) needs more than that lock
 	// gives (exclusive asked, shared held): it could never be granted while
 	// the caller holds the lock, so it fails at once instead of waiting.
+	// Also Coalesce on a name from the fn of that name's flight.
 	ErrWouldDeadlock = errors.New("shmlocks: reentrant request would deadlock")
 	// ErrLeaderFailed: the leader of a Coalesce flight in another process
 	// published an error; the wrapped message is the leader's.
