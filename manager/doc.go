@@ -32,7 +32,15 @@
 // caller, lets the compiler put the Lock on the caller's stack when the
 // handle does not outlive the caller's frame (no heap allocation), else it
 // is one 64-byte heap object. Release retains nothing; Lost registers the
-// Lock with the bell loop, so a caller that calls Lost gets a heap Lock. See docs/design.md for the file layout, the state
+// Lock with the bell loop, so a caller that calls Lost gets a heap Lock.
+//
+// Coalesce runs idempotent work once for all the callers of a name that
+// overlap in time, in every process of the table, and shares its outcome;
+// WithLock (and the ctx of Request's fn) makes a request on a lock the caller
+// already holds a child grant instead of a self-deadlock, and an upgrade
+// ErrWouldDeadlock. See docs/coalesce.md.
+//
+// See docs/design.md for the file layout, the state
 // machines, the memory-ordering argument, the invariants (Manager.Check runs
 // the checker on a live table) and the failure model.
 package manager

@@ -89,6 +89,8 @@ type Manager struct {
 	oneCPU    atomic.Bool  // this process may run on one CPU only
 
 	pool sync.Pool // *Lock for Request
+
+	co coalescer // Coalesce's flights in progress (coalesce.go)
 }
 
 // Open maps the lock table at path, creating it with the geometry in opts

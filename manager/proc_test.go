@@ -45,13 +45,15 @@ const (
 
 // armCrash makes this process SIGKILL itself when it reaches the crash point.
 func armCrash(point string) {
-	table.SetCrashHook(func(p string) {
+	hook := func(p string) {
 		if p == point {
 			self, _ := os.FindProcess(os.Getpid())
 			self.Kill() // SIGKILL: no deferred code, no Close
 			select {}
 		}
-	})
+	}
+	table.SetCrashHook(hook)
+	coalesceCrashHook.Store(&hook) // the coalesce points (coalesce.go)
 }
 
 func TestHelperProcess(t *testing.T) {
@@ -192,6 +194,10 @@ func childMain(role string) int {
 				continue
 			}
 			say("flocked")
+		case "refreshround":
+			childRefreshRound(m, f) // seed_tokenrefresh_test.go
+		case "coalesce", "loop", "members", "pause", "resume", "go", "reenter", "releasechild", "releaseouter":
+			childCoalesce(m, f) // coalesce_proc_test.go
 		case "exit":
 			os.Exit(0)
 		case "close":

@@ -29,6 +29,9 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	fn func(ctx context.Context, l *Lock) error) error {
 	ref, token, err := m.acquire(ctx, name, opts)
 	if err != nil {
+		if r, ok := err.(*reentry); ok {
+			return m.requestChild(ctx, r, opts.Mode, fn)
+		}
 		if errors.Is(err, ErrNotAvailable) {
 			return fn(ctx, nil)
 		}
@@ -37,7 +40,7 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	l := m.pool.Get().(*Lock)
 	l.init(m, name, opts.Mode, ref, token)
 	lc := &l.extension().ctx // allocated once per pooled Lock
-	*lc = lockCtx{l: l, parent: ctx}
+	*lc = lockCtx{l: l, parent: ctx, inc: l.state.Load() >> stateBits}
 	ferr := fn(lc, l)
 	lc.finish()
 	rerr := l.releaseOwn()
@@ -78,6 +81,10 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts RequestOptions)
 func (m *Manager) acquireNew(ctx context.Context, name string, opts RequestOptions, lp **Lock) error {
 	ref, token, err := m.acquire(ctx, name, opts)
 	if err != nil {
+		if r, ok := err.(*reentry); ok {
+			r.fill(*lp, opts.Mode) // a child grant of ctx's (reentrant.go)
+			return nil
+		}
 		*lp = nil
 		return err
 	}
@@ -92,7 +99,7 @@ func (m *Manager) validate(ctx context.Context, name string, opts RequestOptions
 	if m.closed.Load() {
 		return ErrClosed
 	}
-	if len(name) > 0 && name[0] == '-' {
+	if len(name) > 0 && name[0] == '-' && !internalCtx(ctx) {
 		return fmt.Errorf("%w: lock name %q starts with '-'", ErrNotSupported, name)
 	}
 	if max := m.t.Geometry().MaxNameLen; len(name) > max {
@@ -145,6 +152,14 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 				return table.Ref{}, 0, ErrClosed
 			}
 			return ref, token, nil
+		}
+	}
+	if !opts.Steal {
+		// Not granted by the fast path: the name may be held through ctx
+		// (reentrant.go). Only this path asks ctx: an idle name has no
+		// grant to re-enter.
+		if err := m.reenter(ctx, name, opts.Mode); err != nil {
+			return table.Ref{}, 0, err
 		}
 	}
 	// A slot for the latched path. The claim is what Close waits for
