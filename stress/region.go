@@ -90,6 +90,7 @@ const (
 	rcWaitFrom = 32 // int64: monotonic ns when the request started
 	rcDeadline = 40 // int64: monotonic ns deadline of the request, 0 none
 	rcGrantAt  = 48 // int64: monotonic ns of the grant of the held lock
+	rcGrants   = 56 // uint64: grants this goroutine obtained (per-goroutine fairness)
 
 	recSteal = 1 << 8
 )
@@ -242,6 +243,12 @@ func (r *Region) SetPID(s, pid int) {
 	atomic.StoreInt64(r.i64(r.slotOff(s)+slPID), int64(pid))
 	r.setSlotState(s, slotRunning)
 }
+
+// addGrant counts a grant to goroutine g of slot s.
+func (r *Region) addGrant(s, g int) { atomic.AddUint64(r.u64(r.recOff(s, g)+rcGrants), 1) }
+
+// grants returns the grants goroutine g of slot s obtained.
+func (r *Region) grants(s, g int) uint64 { return atomic.LoadUint64(r.u64(r.recOff(s, g) + rcGrants)) }
 
 // record is a snapshot of one goroutine's record.
 type record struct {

@@ -577,6 +577,10 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 
 	// Counters, from the region (they include the killed workers).
 	perPos := make([]int64, cfg.Procs)
+	perG := make([][]int64, cfg.Procs)
+	for p := range perG {
+		perG[p] = make([]int64, cfg.Goroutines)
+	}
 	var samples, overtaken int64
 	for _, w := range all {
 		sl := w.slot
@@ -593,6 +597,9 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 		samples += st(slFIFOSamp)
 		overtaken += st(slFIFOOver)
 		perPos[w.pos] += st(slOps)
+		for g := range perG[w.pos] {
+			perG[w.pos][g] += int64(r.grants(sl, g))
+		}
 	}
 	rep.OpsPerSec = float64(rep.Ops) / sec
 	rep.OutcomesPerSec = map[string]float64{
@@ -609,9 +616,8 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 		rep.Fairness.Min = min(rep.Fairness.Min, v)
 		rep.Fairness.Max = max(rep.Fairness.Max, v)
 	}
-	if rep.Fairness.Min > 0 {
-		rep.Fairness.Ratio = math.Round(float64(rep.Fairness.Max)/float64(rep.Fairness.Min)*100) / 100
-	}
+	rep.Fairness.Ratio = ratio(rep.Fairness.Max, rep.Fairness.Min)
+	rep.Fairness.Goroutine = newGoroutineFairness(perG)
 
 	// Histograms from the workers' result files (a killed worker's file is
 	// its last periodic flush).

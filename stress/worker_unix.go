@@ -258,6 +258,7 @@ func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c
 		switch {
 		case err == nil:
 			r.addStat(slot, slGranted, 1)
+			r.addGrant(slot, g)
 			gr := q.Granted(token)
 			if mode == modeExclusive {
 				st.record(histWaitExclusive, waited)
