@@ -255,6 +255,12 @@ func (s *supervisor) run() *Report {
 		}
 		s.mu.Unlock()
 	}
+	// The run starts once every first worker is ready to make requests
+	// (or has exited): starting a worker (a race-enabled binary on a busy
+	// machine) can take longer than a short run, which then measured
+	// nothing.
+	s.waitStarted()
+	s.start = time.Now()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -308,6 +314,27 @@ func (s *supervisor) run() *Report {
 		fmt.Fprint(s.cfg.Progress, "\r\x1b[K")
 	}
 	return s.report(end.Sub(s.start), all)
+}
+
+// waitStarted waits, at most cfg.Grace, until every current worker has
+// marked its slot started or has exited.
+func (s *supervisor) waitStarted() {
+	deadline := time.Now().Add(s.cfg.Grace)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		ready := true
+		for _, w := range s.current {
+			if w != nil && !s.r.started(w.slot) && !isDone(w) {
+				ready = false
+				break
+			}
+		}
+		s.mu.Unlock()
+		if ready {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 func isDone(w *worker) bool {

@@ -125,6 +125,7 @@ func WorkerMain(stdout, stderr io.Writer) int {
 		cancel()
 	}()
 
+	r.markStarted(wc.Slot)
 	stats := make([]*gstats, wc.Goroutines)
 	var wg sync.WaitGroup
 	for g := 0; g < wc.Goroutines; g++ {
