@@ -60,7 +60,7 @@ cross:
 	GOOS=windows GOARCH=amd64 $(GO) vet ./...
 
 # The benchmarks of docs/benchmarks.md: medians of COUNT runs, ratios and the
-# issue targets; raw output and summary in bench-out/ (about 4 minutes).
+# issue targets; raw output and summary in bench-out/ (about 5 minutes).
 COUNT ?= 3
 bench:
 	GO=$(GO) COUNT=$(COUNT) OUT=bench-out bash docs/bench.sh

@@ -31,6 +31,7 @@ import (
 //	watch NAME             -> "lost NAME" once the held lock's Lost channel closes
 //	query                  -> "query JSON"
 //	check                  -> "checked" | "error check MSG"
+//	acqlog NAME ID LOG     -> "logged ID TOKEN" (a goroutine acquires NAME, appends "PID ID TOKEN" to LOG while holding, releases)
 //	crash POINT            -> arms a crash point: the child SIGKILLs itself when it reaches it
 //	exit | close | panic   -> exit without Close, Close then exit 0, or panic
 //
@@ -181,6 +182,8 @@ func childMain(role string) int {
 				continue
 			}
 			say("checked")
+		case "acqlog": // acqlog NAME ID LOGPATH: see acquireLogged (goroutines_proc_test.go)
+			go acquireLogged(m, f[1], f[2], f[3])
 		case "crash":
 			armCrash(f[1])
 			say("armed %s", f[1])
