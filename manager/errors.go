@@ -28,3 +28,13 @@ var (
 	// ErrReleased: Release of a lock that was already released (added to the v1 contract).
 	ErrReleased = errors.New("shmlocks: lock already released")
 )
+
+// errorsIsAny reports whether err matches any of targets.
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
