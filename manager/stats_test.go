@@ -35,7 +35,7 @@ func TestWaitBucket(t *testing.T) {
 func TestOutcomeOf(t *testing.T) {
 	for err, want := range map[error]Outcome{
 		nil: OutcomeGranted,
-		fmt.Errorf("lock %q: %w", "x", ErrNotAvailable):                 OutcomeNotAvailable,
+		fmt.Errorf("lock %q: %w", "x", ErrNotAvailable):                  OutcomeNotAvailable,
 		fmt.Errorf("%w: lock %q: %w", ErrAborted, "x", context.Canceled): OutcomeAborted,
 		fmt.Errorf("lock %q: %w", "x", ErrStolen):                        OutcomeStolen,
 		ErrClosed:    OutcomeFailed,
