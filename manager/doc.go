@@ -32,7 +32,15 @@
 // caller, lets the compiler put the Lock on the caller's stack when the
 // handle does not outlive the caller's frame (no heap allocation), else it
 // is one 64-byte heap object. Release retains nothing; Lost registers the
-// Lock with the bell loop, so a caller that calls Lost gets a heap Lock. See docs/design.md for the file layout, the state
+// Lock with the bell loop, so a caller that calls Lost gets a heap Lock.
+//
+// Seeing the locks (docs/cli.md): OpenOptions.Stats makes a Manager count
+// its requests by mode and outcome, their waits, steals, lost locks, reaps
+// and repairs (Stats; off by default, so the request path only tests one
+// field); OpenOptions.Logger receives reaps, latch takeovers, corrupt
+// tables and steals (events.go); Locker adapts a name to sync.Locker.
+//
+// See docs/design.md for the file layout, the state
 // machines, the memory-ordering argument, the invariants (Manager.Check runs
 // the checker on a live table) and the failure model.
 package manager
