@@ -211,9 +211,16 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 	case table.NotAvailable:
 		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, ErrNotAvailable)
 	case table.Queued:
+		var queued time.Time
+		if m.stats != nil { // statistics on (stats.go): time the wait
+			queued = time.Now()
+		}
 		token, err = m.wait(ctx, name, ref)
 		if err != nil {
 			return table.Ref{}, 0, err
+		}
+		if m.stats != nil {
+			m.stats.observeWait(opts.Mode, time.Since(queued))
 		}
 	}
 	if opts.Steal {

@@ -12,10 +12,10 @@ import (
 )
 
 // Statistics are kept only by a Manager opened with OpenOptions.Stats: then
-// every request costs a few atomic adds on this Manager's counters and two
-// clock reads. Without it the request paths test one plain field
-// (Manager.stats, written once by Open) and count nothing, so the
-// uncontended Acquire+Release is unchanged.
+// every request costs an atomic add on this Manager's counters, and a
+// request that queues two clock reads and three more adds. Without it the
+// request paths test one plain field (Manager.stats, written once by Open)
+// and count nothing, so the uncontended Acquire+Release is unchanged.
 
 // Outcome is what became of a request, as counted by Stats.
 type Outcome int
@@ -84,10 +84,12 @@ func waitBucket(ns int64) int {
 	return min(i, len(WaitBounds))
 }
 
-// WaitHistogram is the distribution of the time from a request's call to its
-// grant. Counts are per bucket (not cumulative); Counts[i] counts the waits
-// in (WaitBounds[i-1], WaitBounds[i]], the last element those above the
-// last bound.
+// WaitHistogram is the distribution of the time granted requests spent
+// queued, from joining their name's queue to the grant; a request granted
+// without queueing counts as a wait of 0 (the clock is read only for a
+// request that queues). Counts are per bucket (not cumulative); Counts[i]
+// counts the waits in (WaitBounds[i-1], WaitBounds[i]], the last element
+// those above the last bound.
 type WaitHistogram struct {
 	Counts [len(WaitBounds) + 1]uint64
 	Count  uint64        // every recorded wait
@@ -105,8 +107,7 @@ type Stats struct {
 	// Requests counts this Manager's requests by mode and outcome:
 	// Requests[Exclusive][OutcomeGranted], ...
 	Requests [2][NumOutcomes]uint64
-	// Wait is the time from the call to the grant of this Manager's granted
-	// requests, by mode.
+	// Wait is the time this Manager's granted requests spent queued, by mode.
 	Wait [2]WaitHistogram
 	// Steals counts this Manager's granted Steal requests (stealer side).
 	Steals uint64
@@ -137,8 +138,12 @@ type stats struct {
 	corrupt  atomic.Uint64
 }
 
+// waitCounters count the waits of queued requests; the requests granted at
+// once are the granted outcomes not counted here (Stats adds them to the
+// first bucket).
 type waitCounters struct {
 	counts [len(WaitBounds) + 1]atomic.Uint64
+	n      atomic.Uint64 // the sum of counts
 	sum    atomic.Int64
 }
 
@@ -151,22 +156,24 @@ func modeIndex(mode Mode) int {
 	return 0
 }
 
-// record counts one request that ended with err after waited.
-func (s *stats) record(mode Mode, err error, waited time.Duration) {
-	mi, o := modeIndex(mode), outcomeOf(err)
-	s.requests[mi][o].Add(1)
-	if o == OutcomeGranted {
-		w := &s.wait[mi]
-		w.counts[waitBucket(int64(waited))].Add(1)
-		w.sum.Add(int64(waited))
-	}
+// record counts one request that ended with err.
+func (s *stats) record(mode Mode, err error) {
+	s.requests[modeIndex(mode)][outcomeOf(err)].Add(1)
 }
 
-// acquireCounted is acquire for a Manager that keeps statistics.
+// observeWait counts the wait of a request granted after queueing.
+func (s *stats) observeWait(mode Mode, waited time.Duration) {
+	w := &s.wait[modeIndex(mode)]
+	w.counts[waitBucket(int64(waited))].Add(1)
+	w.n.Add(1)
+	w.sum.Add(int64(waited))
+}
+
+// acquireCounted is acquire for a Manager that keeps statistics (acquire
+// itself times the requests that queue).
 func (m *Manager) acquireCounted(ctx context.Context, name string, opts RequestOptions) (table.Ref, uint64, error) {
-	start := time.Now()
 	ref, token, err := m.acquire(ctx, name, opts)
-	m.stats.record(opts.Mode, err, time.Since(start))
+	m.stats.record(opts.Mode, err)
 	return ref, token, err
 }
 
@@ -192,6 +199,13 @@ func (m *Manager) Stats() (Stats, error) {
 				h.Count += h.Counts[i]
 			}
 			h.Sum = time.Duration(w.sum.Load())
+			// The requests granted without queueing waited 0. (The counters
+			// are read one by one: never let a wait counted after its
+			// outcome was read make this negative.)
+			if at, n := st.Requests[mi][OutcomeGranted], w.n.Load(); at > n {
+				h.Counts[0] += at - n
+				h.Count += at - n
+			}
 		}
 		st.Steals, st.LocksLost = s.steals.Load(), s.lost.Load()
 		st.Reaps, st.Repairs, st.Corrupt = s.reaps.Load(), s.repairs.Load(), s.corrupt.Load()

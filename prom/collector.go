@@ -64,7 +64,7 @@ func NewCollector(m *manager.Manager, opts *Options) (*Collector, error) {
 		return prometheus.NewDesc(name, help, labels, o.ConstLabels)
 	}
 	c.requests = d("shmlocks_requests_total", "Requests of this Manager by mode and outcome.", "mode", "outcome")
-	c.wait = d("shmlocks_request_wait_seconds", "Time from the call to the grant of this Manager's granted requests.", "mode")
+	c.wait = d("shmlocks_request_wait_seconds", "Time this Manager's granted requests spent queued (0 if granted at once).", "mode")
 	c.steals = d("shmlocks_steals_total", "Steal requests of this Manager granted (stealer side).")
 	c.lost = d("shmlocks_locks_lost_total", "Locks held by this Manager taken away by a steal or a reap (victim side).")
 	c.reaps = d("shmlocks_reaps_total", "Dead agents reaped by this Manager.")

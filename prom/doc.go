@@ -20,7 +20,7 @@
 // OpenOptions.Stats):
 //
 //	shmlocks_requests_total{mode,outcome}     counter    requests by mode and outcome (granted, not_available, aborted, stolen, failed)
-//	shmlocks_request_wait_seconds{mode}       histogram  call to grant of granted requests; buckets 1 µs × 4^k up to ~67 s
+//	shmlocks_request_wait_seconds{mode}       histogram  time granted requests spent queued (0 if granted at once); buckets 1 µs × 4^k up to ~67 s
 //	shmlocks_steals_total                     counter    Steal requests granted (stealer side)
 //	shmlocks_locks_lost_total                 counter    held locks taken away by a steal or a reap (victim side)
 //	shmlocks_reaps_total                      counter    dead agents reaped by this Manager
