@@ -29,9 +29,10 @@ type OpenOptions struct {
 	SpinLimit time.Duration
 
 	// Stats makes the Manager count its requests by mode and outcome, their
-	// wait times, steals, lost locks, reaps and repairs (see Stats): a few
-	// atomic adds and two clock reads per request. Off by default: the
-	// request paths then test one field and count nothing.
+	// time queued, steals, lost locks, reaps and repairs (see Stats): an
+	// atomic add per request, and two clock reads and three adds more for a
+	// request that queues. Off by default: the request paths then test one
+	// field and count nothing.
 	Stats bool
 	// Logger receives the events an operator cares about: a dead agent
 	// reaped, a bucket latch taken over, a corrupt table, a steal (both
