@@ -2,7 +2,7 @@
 GO      ?= go
 TIMEOUT ?= 8m
 
-.PHONY: all build run demo test fmt vet race poll 386 cross bench clean
+.PHONY: all build run demo test fmt vet race poll 386 cross prom bench clean
 
 all: build
 
@@ -23,8 +23,10 @@ demo: build
 
 # Everything CI checks: formatting, vet, the race-enabled suite, the suite on
 # the polling fallback, a 32-bit run (64-bit atomics alignment) and the
-# cross-compiles of every package and its tests.
-test: fmt vet race poll 386 cross
+# cross-compiles of every package and its tests, and the nested prom module
+# (the Prometheus Collector: its own go.mod, so that the core module does not
+# depend on the Prometheus client library).
+test: fmt vet race poll 386 cross prom
 
 fmt:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \
@@ -58,6 +60,9 @@ cross:
 	GOOS=darwin  GOARCH=arm64 $(GO) vet ./...
 	GOOS=freebsd GOARCH=amd64 $(GO) vet ./...
 	GOOS=windows GOARCH=amd64 $(GO) vet ./...
+
+prom:
+	cd prom && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
 
 # The benchmarks of docs/benchmarks.md: medians of COUNT runs, ratios and the
 # issue targets; raw output and summary in bench-out/ (about 5 minutes).

@@ -40,6 +40,12 @@
 // already holds a child grant instead of a self-deadlock, and an upgrade
 // ErrWouldDeadlock. See docs/coalesce.md.
 //
+// Seeing the locks (docs/cli.md): OpenOptions.Stats makes a Manager count
+// its requests by mode and outcome, their waits, steals, lost locks, reaps
+// and repairs (Stats; off by default, so the request path only tests one
+// field); OpenOptions.Logger receives reaps, latch takeovers, corrupt
+// tables and steals (events.go); Locker adapts a name to sync.Locker.
+//
 // See docs/design.md for the file layout, the state
 // machines, the memory-ordering argument, the invariants (Manager.Check runs
 // the checker on a live table) and the failure model.

@@ -44,3 +44,13 @@ var (
 	// leader and every follower of its flight get it (never a truncation).
 	ErrResultTooLarge = errors.New("shmlocks: coalesce result too large")
 )
+
+// errorsIsAny reports whether err matches any of targets.
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}

@@ -253,6 +253,7 @@ func (l *Lock) release(word uint64) error {
 		return fmt.Errorf("release %q: %w", l.name, ErrClosed)
 	case errors.Is(err, table.ErrStolen), errors.Is(err, table.ErrNotHeld):
 		l.state.Store(word&^stateMask | lockStolen)
+		m.noteLost(l)
 		return fmt.Errorf("release %q: %w", l.name, ErrStolen)
 	default:
 		// The table could not be updated (a bucket latch held too long by a
@@ -260,6 +261,7 @@ func (l *Lock) release(word uint64) error {
 		// releasable so that the caller can retry.
 		l.state.Store(word)
 		m.held.restore(l.ref.Slot, reg)
+		m.noteErr("release", err)
 		return fmt.Errorf("release %q: %w", l.name, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"sync"
@@ -26,6 +27,17 @@ type OpenOptions struct {
 	// no grant is made on its name, before it parks (default 50µs;
 	// negative: never spin, and never yield the CPU before queueing).
 	SpinLimit time.Duration
+
+	// Stats makes the Manager count its requests by mode and outcome, their
+	// time queued, steals, lost locks, reaps and repairs (see Stats): an
+	// atomic add per request, and two clock reads and three adds more for a
+	// request that queues. Off by default: the request paths then test one
+	// field and count nothing.
+	Stats bool
+	// Logger receives the events an operator cares about: a dead agent
+	// reaped, a bucket latch taken over, a corrupt table, a steal (both
+	// sides); see events.go. nil: discard.
+	Logger *slog.Logger
 }
 
 // Defaults used for zero OpenOptions fields.
@@ -90,7 +102,9 @@ type Manager struct {
 
 	pool sync.Pool // *Lock for Request
 
-	co coalescer // Coalesce's flights in progress (coalesce.go)
+	co    coalescer // Coalesce's flights in progress (coalesce.go)
+	stats *stats    // nil unless OpenOptions.Stats; written once by Open
+	log   eventLog  // OpenOptions.Logger (events.go)
 }
 
 // Open maps the lock table at path, creating it with the geometry in opts
@@ -114,6 +128,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	}
 	t, _, err := table.Open(path, g, o.FileMode)
 	if err != nil {
+		(&eventLog{l: o.Logger, path: path}).corrupt(nil, "open", err)
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	var nb [8]byte
@@ -134,6 +149,14 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		clientID: ClientIDOf(nonce),
 	}
 	m.pool.New = func() any { return new(Lock) }
+	m.log.l, m.log.path = o.Logger, path
+	if m.log.l == nil {
+		m.log.l = discard
+	}
+	if o.Stats {
+		m.stats = new(stats)
+	}
+	t.SetEventHook(m.tableEvent)
 	m.bell, err = newDoorbell(t.Nonce(), nonce)
 	if err != nil {
 		t.Close()
@@ -157,6 +180,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		return err
 	})
 	if err != nil {
+		m.noteErr("open", err)
 		m.bell.close()
 		t.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -261,6 +285,7 @@ func (m *Manager) Close() error {
 // guarded goroutine and return ErrCorrupt.
 func (m *Manager) noteFault() {
 	m.faulted.Store(true)
+	m.noteErr("read", fmt.Errorf("%w: a read of the mapping faulted (file truncated under us?)", ErrCorrupt))
 	m.pokeAll()
 }
 
@@ -279,7 +304,7 @@ func (m *Manager) reap() error {
 		return ErrClosed
 	}
 	defer m.leave()
-	return table.Guard(func() error {
+	err := table.Guard(func() error {
 		var w table.Wakes
 		n, err := m.t.ReapDead(m.a, &w)
 		m.t.Deliver(&w, m.ringFn)
@@ -288,6 +313,8 @@ func (m *Manager) reap() error {
 		}
 		return err
 	})
+	m.noteErr("reap", err)
+	return err
 }
 
 // reapOne reaps agent idx if it is dead.

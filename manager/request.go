@@ -27,7 +27,14 @@ type RequestOptions struct {
 // l must not be used after fn returns.
 func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	fn func(ctx context.Context, l *Lock) error) error {
-	ref, token, err := m.acquire(ctx, name, opts)
+	var ref table.Ref
+	var token uint64
+	var err error
+	if m.stats == nil {
+		ref, token, err = m.acquire(ctx, name, opts)
+	} else {
+		ref, token, err = m.acquireCounted(ctx, name, opts)
+	}
 	if err != nil {
 		if r, ok := err.(*reentry); ok {
 			return m.requestChild(ctx, r, opts.Mode, fn)
@@ -79,7 +86,14 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts RequestOptions)
 // sets *lp to nil. Neither it nor Release retains the Lock: keep it so, or
 // every Acquire allocates (TestAcquireOnTheStack).
 func (m *Manager) acquireNew(ctx context.Context, name string, opts RequestOptions, lp **Lock) error {
-	ref, token, err := m.acquire(ctx, name, opts)
+	var ref table.Ref
+	var token uint64
+	var err error
+	if m.stats == nil { // statistics off: one plain load (stats.go)
+		ref, token, err = m.acquire(ctx, name, opts)
+	} else {
+		ref, token, err = m.acquireCounted(ctx, name, opts)
+	}
 	if err != nil {
 		if r, ok := err.(*reentry); ok {
 			r.fill(*lp, opts.Mode) // a child grant of ctx's (reentrant.go)
@@ -167,6 +181,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 	// Close set closed is seen by it, one made after sees closed here.
 	ref, err = m.t.Claim(m.a, h)
 	if err != nil {
+		m.noteErr("acquire", err)
 		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, err)
 	}
 	if m.closed.Load() {
@@ -204,16 +219,27 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 	}
 	m.leave()
 	if err != nil {
+		m.noteErr("acquire", err)
 		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, err)
 	}
 	switch out {
 	case table.NotAvailable:
 		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, ErrNotAvailable)
 	case table.Queued:
+		var queued time.Time
+		if m.stats != nil { // statistics on (stats.go): time the wait
+			queued = time.Now()
+		}
 		token, err = m.wait(ctx, name, ref)
 		if err != nil {
 			return table.Ref{}, 0, err
 		}
+		if m.stats != nil {
+			m.stats.observeWait(opts.Mode, time.Since(queued))
+		}
+	}
+	if opts.Steal {
+		m.noteSteal(name, token)
 	}
 	// The Lock is registered in m.held only once someone can observe its
 	// loss asynchronously (Lost, or the Request context's Done): Release
@@ -649,6 +675,9 @@ func (m *Manager) loseIfGone(slot uint32, e *regEntry) {
 	}
 	st, serial, mine := m.t.SlotState(m.a, slot)
 	if l.markLost(word, lockStolen) {
+		// The incarnation is lost for good: nothing re-inits l now (Request
+		// does not pool a Lock that was taken away), so its name is stable.
+		m.noteLost(l)
 		m.held.dropEntry(slot, e)
 		if mine && st == table.SlotStolen && serial == e.serial {
 			m.t.FreeStolen(m.a, table.Ref{Slot: slot, Serial: serial})

@@ -29,6 +29,14 @@ and requests of dead agents that nobody has reaped yet are shown (marked
 dead). --json prints the shape of manager.Query's snapshot:
 {"held":[{"name","mode","clientId","pid"}...],"pending":[...]}.
 
+--watch on a terminal is a top-like live view, redrawn in place every
+--interval on the alternate screen: usage against the limits, agents (dead
+ones not yet reaped), reaps per second, and one line per name, sorted by
+longest wait: its first holder (mode, fencing token, pid, how long held),
+how many more holders, its queue length (exclusive/shared) and longest
+wait. Not on a terminal (or with --json), --watch prints the dump again
+every --interval.
+
 --check instead opens the table read-write as a temporary agent (which also
 reaps dead agents), runs the table's consistency checker with every bucket
 latched, prints what it finds and closes again.
@@ -49,7 +57,7 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		fmt.Sprintf(dumpAbout, tableHelp()), dumpExamples, stdout, stderr)
 	tbl := f.String("table", "", "table file (default: see 'Table location')")
 	asJSON := f.Bool("json", false, "print the held and pending requests as JSON")
-	watch := f.Bool("watch", false, "redraw every --interval until interrupted (Ctrl-C)")
+	watch := f.Bool("watch", false, "on a terminal: a top-like live view, names by longest wait; otherwise: the dump again every --interval; until interrupted (Ctrl-C)")
 	interval := f.Duration("interval", time.Second, "refresh interval of --watch")
 	check := f.Bool("check", false, "open read-write, run the consistency checker, exit 1 on any violation")
 	if code, ok := f.parse(args); !ok {
@@ -114,6 +122,13 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	tty := false
 	if f, ok := stdout.(*os.File); ok {
 		tty = isTerminal(f)
+		if tty && !*asJSON {
+			// A terminal gets the full-screen live view (top.go).
+			if err := runTop(ctx, t, path, f, *interval); err != nil {
+				return openErr(err)
+			}
+			return exitOK
+		}
 	}
 	for first := true; ; first = false {
 		var buf bytes.Buffer
