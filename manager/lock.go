@@ -283,7 +283,12 @@ type lockCtx struct {
 }
 
 func (c *lockCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
-func (c *lockCtx) Value(key any) any           { return c.parent.Value(key) }
+func (c *lockCtx) Value(key any) any {
+	if _, ok := key.(carriedKey); ok {
+		return c // a request made with this ctx is made while holding c.l (multi.go)
+	}
+	return c.parent.Value(key)
+}
 
 func (c *lockCtx) Err() error {
 	if st := c.l.st(); st == lockStolen || st == lockClosed {

@@ -26,6 +26,14 @@ type OpenOptions struct {
 	// no grant is made on its name, before it parks (default 50µs;
 	// negative: never spin, and never yield the CPU before queueing).
 	SpinLimit time.Duration
+
+	// DeadlockDelay is how long a request waits before it checks the
+	// wait-for graph for a cycle through itself, and then again every
+	// DeadlockDelay while it waits (default 1s, like PostgreSQL's
+	// deadlock_timeout; negative: this Manager never checks and never
+	// marks what its waiting requests hold, so cycles through it go
+	// unseen). See docs/multi-and-deadlock.md.
+	DeadlockDelay time.Duration
 }
 
 // Defaults used for zero OpenOptions fields.
@@ -60,6 +68,7 @@ type Manager struct {
 	path     string
 	clientID string
 	spin     time.Duration
+	deadlock time.Duration // OpenOptions.DeadlockDelay; <= 0: no checks
 
 	closed   atomic.Bool
 	inflight atomic.Int64  // table operations in progress (Close waits for them)
@@ -110,6 +119,10 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	if spin == 0 {
 		spin = defaultSpin
 	}
+	deadlock := o.DeadlockDelay
+	if deadlock == 0 {
+		deadlock = DefaultDeadlockDelay
+	}
 	t, _, err := table.Open(path, g, o.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -124,6 +137,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		t:        t,
 		path:     path,
 		spin:     spin,
+		deadlock: deadlock,
 		born:     time.Now(),
 		closing:  make(chan struct{}),
 		held:     newRegistry(t.Slots()),
