@@ -15,12 +15,14 @@ import (
 // (table.WaitFor) for a cycle through itself, and again every DeadlockDelay
 // while it waits:
 //
-//  1. It tags the holds its task carries into the wait (carriedRefs: the
-//     earlier names of an AcquireAll, the lock of Request's or RequestAll's
-//     callback ctx) with its own slot and serial (table.TagHolds), so that
-//     every process can follow the graph from those holds to this request.
-//     Holds of other goroutines of the process are not linked: a goroutine
-//     that waits does not keep its siblings from releasing what they hold.
+//  1. When it parks (before any check, and also in a Manager that does not
+//     check), it has tagged the holds its task carries into the wait
+//     (carriedRefs: the earlier names of an AcquireAll, the lock of
+//     Request's or RequestAll's callback ctx) with its own slot and serial
+//     (table.TagHolds), so that every process can follow the graph from
+//     those holds to this request. Holds of other goroutines of the process
+//     are not linked: a goroutine that waits does not keep its siblings
+//     from releasing what they hold.
 //  2. It reaps dead agents (a dead holder is not a cycle, it is released).
 //  3. It reads the table (Snapshot: each bucket under its latch), builds the
 //     graph and looks for a cycle through itself in which every other waiting
@@ -55,18 +57,35 @@ type deadlockWatch struct {
 	tagged []table.Ref // holds tagged with this request's task tag
 }
 
-// newDeadlockWatch arms the deadlock timer of a request that parks, or
-// returns nil when this Manager does not check.
-func (m *Manager) newDeadlockWatch() *deadlockWatch {
-	if m.deadlock <= 0 {
+// newDeadlockWatch is called when waiting request ref parks. It tags the
+// holds its task carries into the wait (whether or not this Manager checks:
+// the tags let other processes' checks and shmlocks dump follow the graph
+// through this request) and arms the deadlock timer. It returns nil when
+// there is nothing to tag and this Manager does not check.
+func (m *Manager) newDeadlockWatch(ctx context.Context, ref table.Ref) *deadlockWatch {
+	holds := carriedRefs(ctx)
+	if len(holds) == 0 && m.deadlock <= 0 {
 		return nil
 	}
-	return &deadlockWatch{m: m, timer: time.NewTimer(m.deadlock)}
+	d := &deadlockWatch{m: m}
+	if len(holds) > 0 && m.enter() {
+		// A table error here (a latch held too long) leaves some holds
+		// untagged: cycles through them go unseen; the wait reports it.
+		var w table.Wakes
+		m.t.TagHolds(m.a, holds, table.TaskTag(ref), &w)
+		m.t.Deliver(&w, m.ringFn)
+		m.leave()
+		d.tagged = holds
+	}
+	if m.deadlock > 0 {
+		d.timer = time.NewTimer(m.deadlock)
+	}
+	return d
 }
 
-// fired is the channel of the armed timer (nil, which never fires, for nil).
+// fired is the channel of the armed timer (nil, which never fires, if none).
 func (d *deadlockWatch) fired() <-chan time.Time {
-	if d == nil {
+	if d == nil || d.timer == nil {
 		return nil
 	}
 	return d.timer.C
@@ -78,7 +97,9 @@ func (d *deadlockWatch) stop() {
 	if d == nil {
 		return
 	}
-	d.timer.Stop()
+	if d.timer != nil {
+		d.timer.Stop()
+	}
 	if len(d.tagged) == 0 || !d.m.enter() {
 		return
 	}
@@ -100,17 +121,6 @@ func (m *Manager) checkDeadlock(ctx context.Context, name string, ref table.Ref,
 		return 0, nil, false // the parking loop reports ErrClosed
 	}
 	defer m.leave()
-	if d.tagged == nil {
-		if holds := carriedRefs(ctx); len(holds) > 0 {
-			var w table.Wakes
-			_, err := m.t.TagHolds(m.a, holds, table.TaskTag(ref), &w)
-			m.t.Deliver(&w, m.ringFn)
-			d.tagged = holds
-			if err != nil {
-				return 0, fmt.Errorf("lock %q: deadlock check: %w", name, err), true
-			}
-		}
-	}
 	if err := m.reap(); err != nil {
 		return 0, fmt.Errorf("lock %q: deadlock check: %w", name, err), true
 	}

@@ -262,7 +262,9 @@ func TestDeadlockDetectionOff(t *testing.T) {
 	// The cycle is there for anyone who looks.
 	wg, err := m.WaitGraph(ctxT(t, eventually))
 	require.NoError(t, err)
-	require.Len(t, wg.Cycles, 0, "tags are written only by Managers that check")
+	require.Len(t, wg.Cycles, 1, "the tags are written by Managers that do not check too")
+	require.Len(t, wg.Cycles[0], 4)
+	require.Len(t, wg.Waits, 2)
 	a.expect("aborted y")
 	a.expect("done x")
 	b.expect("acquired x")
@@ -305,4 +307,26 @@ func TestWaitForGraph(t *testing.T) {
 	g3 := table.NewWaitFor([]table.LockInfo{w(1, 1, "s", sh, 1, 0)}, []table.LockInfo{w(2, 1, "s", sh, 2, 5)})
 	require.Empty(t, g3.Out[1])
 	require.Contains(t, g.Describe([]int{3, 0, 2, 1}), `waiting for "x" (exclusive) -> `)
+}
+
+func init() { crashScenarios["tag.partial"] = crashWhileTagging }
+
+// P holds z; V's AcquireAll of x, y, z holds x and y and waits for z; after
+// its deadlock delay V tags x with its task and dies before it tags y. The
+// survivors reap V: x and y are free again, P's z is untouched, the checker
+// passes (a tag left on a dead agent's hold goes with the hold).
+func crashWhileTagging(e *crashEnv, point string) {
+	ctx := ctxT(e.t, eventually)
+	lz, err := e.m.Acquire(ctx, "z", RequestOptions{})
+	require.NoError(e.t, err)
+	v := spawn(e.t, e.path, dlOpts(testDeadlockDelay))
+	v.send("crash %s", point)
+	v.expect("armed")
+	v.send("all x,y,z")
+	e.died(v)
+	snap, err := e.m.Query(ctx)
+	require.NoError(e.t, err)
+	require.Equal(e.t, []LockInfo{{Name: "z", Mode: Exclusive, ClientID: e.m.ClientID(), PID: snap.Held[0].PID}}, snap.Held)
+	check(e.t, e.m)
+	require.NoError(e.t, lz.Release())
 }

@@ -363,7 +363,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 	parked := m.a.Parked()
 	atomic.AddUint32(parked, 1)
 	m.watch.kick()
-	dl := m.newDeadlockWatch() // nil unless deadlock checks are on (deadlock.go)
+	dl := m.newDeadlockWatch(ctx, ref) // tags carried holds, arms the check (deadlock.go)
 	defer dl.stop()
 	defer func() {
 		m.mu.Lock()
