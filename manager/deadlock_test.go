@@ -88,7 +88,7 @@ func TestDeadlockSimultaneousChecks(t *testing.T) {
 		c.send("victimpause 30ms")
 		c.expect("victimpause")
 	}
-	for round := 0; round < 5; round++ {
+	for round := 0; round < 10; round++ {
 		a.buf, b.buf = nil, nil
 		a.send("nest x y")
 		a.expect("acquired x")
@@ -307,6 +307,17 @@ func TestWaitForGraph(t *testing.T) {
 	g3 := table.NewWaitFor([]table.LockInfo{w(1, 1, "s", sh, 1, 0)}, []table.LockInfo{w(2, 1, "s", sh, 2, 5)})
 	require.Empty(t, g3.Out[1])
 	require.Contains(t, g.Describe([]int{3, 0, 2, 1}), `waiting for "x" (exclusive) -> `)
+	require.Equal(t, []bool{true, true, true, true, false}, g.InCycle())
+
+	// The soft edges of a queue e s s e s behind an exclusive holder: each
+	// exclusive waiter points at the shared run before it and the exclusive
+	// one before that; a shared one at the last exclusive one before it.
+	q := []table.LockInfo{w(1, 1, "q", ex, 1, 1), w(2, 1, "q", sh, 2, 2), w(3, 1, "q", sh, 3, 3),
+		w(4, 1, "q", ex, 4, 4), w(5, 1, "q", sh, 5, 5)}
+	gq := table.NewWaitFor([]table.LockInfo{w(9, 1, "q", ex, 9, 0)}, q)
+	require.Equal(t, [][]int{nil, {0}, {0, 1}, {0, 1}, {0, 2, 3, 1}, {0, 4}}, gq.Out)
+	require.Equal(t, make([]bool, 6), gq.InCycle())
+	require.Empty(t, gq.Cycles())
 }
 
 func init() { crashScenarios["tag.partial"] = crashWhileTagging }

@@ -27,12 +27,13 @@ type OpenOptions struct {
 	// negative: never spin, and never yield the CPU before queueing).
 	SpinLimit time.Duration
 
-	// DeadlockDelay is how long a request waits before it checks the
-	// wait-for graph for a cycle through itself, and then again every
+	// DeadlockDelay is how long a request waits before the wait-for graph
+	// is checked for a cycle through it, and then again every
 	// DeadlockDelay while it waits (default 1s, like PostgreSQL's
-	// deadlock_timeout; negative: this Manager never checks and never
-	// marks what its waiting requests hold, so cycles through it go
-	// unseen). See docs/multi-and-deadlock.md.
+	// deadlock_timeout; negative: this Manager never checks, and its
+	// requests are never chosen as victims; they still mark what their
+	// task holds, so that other Managers and shmlocks dump see cycles
+	// through them). See docs/multi-and-deadlock.md.
 	DeadlockDelay time.Duration
 }
 
@@ -69,6 +70,7 @@ type Manager struct {
 	clientID string
 	spin     time.Duration
 	deadlock time.Duration // OpenOptions.DeadlockDelay; <= 0: no checks
+	dl       deadlockState // this Manager's deadlock checks (deadlock.go)
 
 	closed   atomic.Bool
 	inflight atomic.Int64  // table operations in progress (Close waits for them)

@@ -364,7 +364,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 	atomic.AddUint32(parked, 1)
 	m.watch.kick()
 	dl := m.newDeadlockWatch(ctx, ref) // tags carried holds, arms the check (deadlock.go)
-	defer dl.stop()
+	defer dl.stop(m)
 	defer func() {
 		m.mu.Lock()
 		m.removeWaiter(w)

@@ -12,9 +12,10 @@ import (
 //
 //   - from a waiting request to every holder of its name whose mode conflicts
 //     with its own (it waits for their release: pg_blocking_pids' hard edges);
-//   - from a waiting request to every earlier waiter in its name's queue whose
+//   - from a waiting request to the earlier waiters in its name's queue whose
 //     mode conflicts with its own (FIFO: it is granted only after them, the
-//     soft edges of PostgreSQL);
+//     soft edges of PostgreSQL), or to a later one of them that waits for the
+//     rest (see NewWaitFor);
 //   - from a held lock to the waiting request of the same agent whose task
 //     holds it, named by the hold's task tag (TaskTag): that hold is released
 //     only after that request is granted. A hold without a tag has no edge
@@ -27,6 +28,8 @@ type WaitFor struct {
 	Nodes []LockInfo
 	NHeld int     // Nodes[i] is held for i < NHeld, pending otherwise
 	Out   [][]int // Out[i]: the nodes node i waits for
+
+	pendingAt map[uint32]int // pending node by slot
 }
 
 // conflicts reports whether requests in modes a and b cannot hold together.
@@ -35,7 +38,7 @@ func conflicts(a, b uint32) bool { return a != ModeShared || b != ModeShared }
 // NewWaitFor builds the graph of a snapshot (held and pending as returned by
 // Snapshot: pending in queue order per name).
 func NewWaitFor(held, pending []LockInfo) *WaitFor {
-	g := &WaitFor{NHeld: len(held)}
+	g := &WaitFor{NHeld: len(held), pendingAt: make(map[uint32]int, len(pending))}
 	g.Nodes = make([]LockInfo, 0, len(held)+len(pending))
 	g.Nodes = append(append(g.Nodes, held...), pending...)
 	g.Out = make([][]int, len(g.Nodes))
@@ -43,7 +46,19 @@ func NewWaitFor(held, pending []LockInfo) *WaitFor {
 	for i := range held {
 		holders[held[i].Name] = append(holders[held[i].Name], i)
 	}
-	queue := map[string][]int{}
+	// Per name, the queue so far: its last exclusive waiter and the run of
+	// shared waiters after it. A waiter's soft edges go to the earlier
+	// conflicting waiters it does not reach through another soft edge: an
+	// exclusive one to that run and that exclusive waiter (which waits for
+	// everything before it), a shared one to that exclusive waiter only.
+	// The graph then has the transitive closure of the full edge set (so
+	// the same cycles, through the same requests) with O(queue) edges, not
+	// O(queue²): a name with thousands of waiters stays cheap.
+	type queueTail struct {
+		lastEx int // the last exclusive waiter, or -1
+		run    []int
+	}
+	queue := map[string]*queueTail{}
 	type waiterKey struct{ agent, slot uint32 }
 	waiters := map[waiterKey]int{}
 	for j := range pending {
@@ -54,13 +69,24 @@ func NewWaitFor(held, pending []LockInfo) *WaitFor {
 				g.Out[i] = append(g.Out[i], h)
 			}
 		}
-		for _, p := range queue[w.Name] {
-			if conflicts(w.Mode, g.Nodes[p].Mode) {
-				g.Out[i] = append(g.Out[i], p)
-			}
+		q := queue[w.Name]
+		if q == nil {
+			q = &queueTail{lastEx: -1}
+			queue[w.Name] = q
 		}
-		queue[w.Name] = append(queue[w.Name], i)
+		if w.Mode != ModeShared {
+			g.Out[i] = append(g.Out[i], q.run...)
+		}
+		if q.lastEx >= 0 {
+			g.Out[i] = append(g.Out[i], q.lastEx)
+		}
+		if w.Mode == ModeShared {
+			q.run = append(q.run, i)
+		} else {
+			q.lastEx, q.run = i, nil
+		}
 		waiters[waiterKey{w.Agent, w.Slot}] = i
+		g.pendingAt[w.Slot] = i
 	}
 	for i := range held {
 		h := &g.Nodes[i]
@@ -79,10 +105,8 @@ func (g *WaitFor) Held(i int) bool { return i < g.NHeld }
 
 // Find returns the node of the pending request at slot with serial, or -1.
 func (g *WaitFor) Find(slot, serial uint32) int {
-	for i := g.NHeld; i < len(g.Nodes); i++ {
-		if g.Nodes[i].Slot == slot && g.Nodes[i].Serial == serial {
-			return i
-		}
+	if i, ok := g.pendingAt[slot]; ok && g.Nodes[i].Serial == serial {
+		return i
 	}
 	return -1
 }
@@ -96,6 +120,76 @@ func (g *WaitFor) Later(i, j int) bool {
 		return a.Since > b.Since
 	}
 	return a.Slot > b.Slot
+}
+
+// InCycle reports, per node, whether it is on some cycle: in a strongly
+// connected component of more than one node, or waiting for itself
+// (Tarjan's algorithm, O(nodes + edges)). A check looks for its victims
+// only among those.
+func (g *WaitFor) InCycle() []bool {
+	n := len(g.Nodes)
+	in := make([]bool, n)
+	index, low := make([]int, n), make([]int, n)
+	for i := range index {
+		index[i] = -1
+	}
+	onStack := make([]bool, n)
+	var stack []int
+	next := 0
+	// Iterative: a queue of thousands of waiters makes a deep path.
+	type frame struct{ v, e int }
+	for root := 0; root < n; root++ {
+		if index[root] >= 0 {
+			continue
+		}
+		frames := []frame{{root, 0}}
+		index[root], low[root] = next, next
+		next++
+		stack = append(stack, root)
+		onStack[root] = true
+		for len(frames) > 0 {
+			f := &frames[len(frames)-1]
+			v := f.v
+			if f.e < len(g.Out[v]) {
+				w := g.Out[v][f.e]
+				f.e++
+				switch {
+				case w == v:
+					in[v] = true
+				case index[w] < 0:
+					index[w], low[w] = next, next
+					next++
+					stack = append(stack, w)
+					onStack[w] = true
+					frames = append(frames, frame{w, 0})
+				case onStack[w]:
+					low[v] = min(low[v], index[w])
+				}
+				continue
+			}
+			frames = frames[:len(frames)-1]
+			if len(frames) > 0 {
+				p := frames[len(frames)-1].v
+				low[p] = min(low[p], low[v])
+			}
+			if low[v] == index[v] {
+				k := len(stack) - 1
+				for stack[k] != v {
+					k--
+				}
+				if len(stack)-k > 1 {
+					for _, x := range stack[k:] {
+						in[x] = true
+					}
+				}
+				for _, x := range stack[k:] {
+					onStack[x] = false
+				}
+				stack = stack[:k]
+			}
+		}
+	}
+	return in
 }
 
 // CycleThrough returns a cycle through pending node start (start first, then
@@ -154,8 +248,9 @@ func (g *WaitFor) Cycles() [][]int {
 		}
 		return 0
 	})
+	inCycle := g.InCycle()
 	for _, i := range order {
-		if covered[i] {
+		if covered[i] || !inCycle[i] {
 			continue
 		}
 		if c := g.CycleThrough(i, true); c != nil {
