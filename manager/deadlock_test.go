@@ -216,8 +216,8 @@ func TestDeadlockNoFalsePositiveGoroutines(t *testing.T) {
 	mustBlock(t, wx, "x is held")
 	require.Empty(t, inner, "no ErrDeadlock after 3 delays")
 	require.NoError(t, ly.Release())
-	require.NoError(t, <-inner)
-	require.NoError(t, <-outer)
+	require.NoError(t, recvErr(t, ctx, inner))
+	require.NoError(t, recvErr(t, ctx, outer))
 	require.NoError(t, mustGrant(t, wx, "x after the task").Release())
 	check(t, m)
 }
@@ -343,4 +343,16 @@ func crashWhileTagging(e *crashEnv, point string) {
 	require.Equal(e.t, []LockInfo{{Name: "z", Mode: Exclusive, ClientID: e.m.ClientID(), PID: snap.Held[0].PID}}, snap.Held)
 	check(e.t, e.m)
 	require.NoError(e.t, lz.Release())
+}
+
+// recvErr receives from ch within ctx's deadline.
+func recvErr(t testing.TB, ctx context.Context, ch <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		t.Fatal("no result before the test's deadline")
+	}
+	return nil
 }

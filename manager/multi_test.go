@@ -184,7 +184,11 @@ func TestRequestAllStolen(t *testing.T) {
 			return fnErr
 		})
 	}()
-	<-inFn
+	select {
+	case <-inFn:
+	case <-ctx.Done():
+		t.Fatal("RequestAll did not run fn")
+	}
 	ls, err := m2.Acquire(ctx, "y", RequestOptions{Steal: true})
 	require.NoError(t, err)
 	select {
@@ -202,16 +206,17 @@ func TestRequestAllStolen(t *testing.T) {
 }
 
 // Three processes take overlapping sets of names listed in different orders,
-// hundreds of times: none ever waits for another in a cycle.
+// 20,000 times each, at the same time: none ever waits for another in a cycle.
 func TestAcquireAllDifferentOrdersProcesses(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, nil)
 	sets := []string{"x,y,z", "z,y,x", "y,x"}
 	var cs []*child
-	for _, s := range sets {
-		c := spawn(t, path, nil)
-		c.send("loopall %s 300", s)
-		cs = append(cs, c)
+	for range sets {
+		cs = append(cs, spawn(t, path, nil))
+	}
+	for i, c := range cs { // all started, then all go: their loops overlap
+		c.send("loopall %s 20000", sets[i])
 	}
 	for i, c := range cs {
 		c.expect("loopdone " + sets[i])

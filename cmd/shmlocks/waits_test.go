@@ -48,8 +48,13 @@ func TestDumpWaitsAndCycles(t *testing.T) {
 			})
 		}()
 	}
-	<-held
-	<-held
+	for range ms {
+		select {
+		case <-held:
+		case <-ctx.Done():
+			t.Fatal("the first names were not granted")
+		}
+	}
 	close(gate)
 	waitFor(t, func() bool {
 		s, err := ms[0].Query(ctx)
@@ -76,7 +81,12 @@ func TestDumpWaitsAndCycles(t *testing.T) {
 
 	cancel() // both inner waits end: ErrAborted
 	for range ms {
-		require.ErrorIs(t, <-done, manager.ErrAborted)
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, manager.ErrAborted)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waits did not end after their ctx")
+		}
 	}
 
 	// A plain wait: listed, and no cycle.
