@@ -25,6 +25,16 @@
 //	                                                   (netpoller)   watcher: pidfds of the other
 //	                                                                 agents → reap the dead
 //
+// AcquireAll and RequestAll take several names at once, all or none, in
+// byte order (so they never wait for each other in a cycle), FIFO per name.
+// A request that waits in a wait-for cycle with requests of other processes
+// (or other goroutines) fails with ErrDeadlock after about
+// OpenOptions.DeadlockDelay (1s): a hold counts as blocked by a wait when
+// the wait is made by the task that holds it, i.e. with the ctx of
+// Request's or RequestAll's callback, or by AcquireAll itself.
+// WaitGraph (and shmlocks dump) shows whom each waiter waits for. See
+// docs/multi-and-deadlock.md.
+//
 // Waiting goroutines do not hold OS threads: 5,000 waiters in one process
 // use a handful. Every grant gets a Lock of its own, so that a stale handle
 // can never release a later grant: Request reuses pooled Locks (nothing can

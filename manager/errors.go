@@ -27,6 +27,9 @@ var (
 	ErrCorrupt = table.ErrCorrupt
 	// ErrReleased: Release of a lock that was already released (added to the v1 contract).
 	ErrReleased = errors.New("shmlocks: lock already released")
+	// ErrDeadlock: a waiting request was chosen as the victim of a wait-for
+	// cycle (docs/multi-and-deadlock.md); the message names the cycle.
+	ErrDeadlock = errors.New("shmlocks: deadlock")
 )
 
 // Errors of the reentrant requests and of Coalesce (v2).

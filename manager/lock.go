@@ -306,10 +306,12 @@ type lockCtx struct {
 
 func (c *lockCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 
-// Value answers the reentrancy key with c itself (it carries its lock, see
-// reentrant.go), any other key from its parent.
+// Value answers the reentrancy key (reentrant.go) and the deadlock
+// detector's key (multi.go) with c itself: it carries its lock. Any other
+// key goes to its parent.
 func (c *lockCtx) Value(key any) any {
-	if _, ok := key.(heldKey); ok {
+	switch key.(type) {
+	case heldKey, carriedKey:
 		return c
 	}
 	return c.parent.Value(key)

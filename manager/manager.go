@@ -38,6 +38,14 @@ type OpenOptions struct {
 	// reaped, a bucket latch taken over, a corrupt table, a steal (both
 	// sides); see events.go. nil: discard.
 	Logger *slog.Logger
+	// DeadlockDelay is how long a request waits before the wait-for graph
+	// is checked for a cycle through it, and then again every
+	// DeadlockDelay while it waits (default 1s, like PostgreSQL's
+	// deadlock_timeout; negative: this Manager never checks, and its
+	// requests are never chosen as victims; they still mark what their
+	// task holds, so that other Managers and shmlocks dump see cycles
+	// through them). See docs/multi-and-deadlock.md.
+	DeadlockDelay time.Duration
 }
 
 // Defaults used for zero OpenOptions fields.
@@ -72,6 +80,8 @@ type Manager struct {
 	path     string
 	clientID string
 	spin     time.Duration
+	deadlock time.Duration // OpenOptions.DeadlockDelay; <= 0: no checks
+	dl       deadlockState // this Manager's deadlock checks (deadlock.go)
 
 	closed   atomic.Bool
 	inflight atomic.Int64  // table operations in progress (Close waits for them)
@@ -126,6 +136,10 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	if spin == 0 {
 		spin = defaultSpin
 	}
+	deadlock := o.DeadlockDelay
+	if deadlock == 0 {
+		deadlock = DefaultDeadlockDelay
+	}
 	t, _, err := table.Open(path, g, o.FileMode)
 	if err != nil {
 		(&eventLog{l: o.Logger, path: path}).corrupt(nil, "open", err)
@@ -141,6 +155,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		t:        t,
 		path:     path,
 		spin:     spin,
+		deadlock: deadlock,
 		born:     time.Now(),
 		closing:  make(chan struct{}),
 		held:     newRegistry(t.Slots()),

@@ -34,6 +34,7 @@ import (
 //	acqlog NAME ID LOG     -> "logged ID TOKEN" (a goroutine acquires NAME, appends "PID ID TOKEN" to LOG while holding, releases)
 //	crash POINT            -> arms a crash point: the child SIGKILLs itself when it reaches it
 //	exit | close | panic   -> exit without Close, Close then exit 0, or panic
+//	(the commands of childCommands, in other test files)
 //
 // The child prints "ready PID CLIENTID" after Open. A watchdog makes a stuck
 // child exit with a message instead of hanging the test.
@@ -135,6 +136,8 @@ func childMain(role string) int {
 					say("notavailable %s", name)
 				case isErr(err, ErrAborted):
 					say("aborted %s", name)
+				case isErr(err, ErrDeadlock):
+					say("deadlock %s %v", name, err)
 				default:
 					say("error %s %v", name, err)
 				}
@@ -209,6 +212,8 @@ func childMain(role string) int {
 			return 0
 		case "panic":
 			panic("child told to panic")
+		default:
+			childCommand(m, f) // more commands, in other test files
 		}
 	}
 	return 0 // stdin closed: exit without Close

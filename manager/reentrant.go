@@ -58,7 +58,8 @@ type withLock struct {
 }
 
 func (c *withLock) Value(key any) any {
-	if _, ok := key.(heldKey); ok {
+	switch key.(type) {
+	case heldKey, carriedKey: // carriedKey: the deadlock detector's (multi.go)
 		return c
 	}
 	return c.Context.Value(key)

@@ -404,6 +404,8 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 	parked := m.a.Parked()
 	atomic.AddUint32(parked, 1)
 	m.watch.kick()
+	dl := m.newDeadlockWatch(ctx, ref) // tags carried holds, arms the check (deadlock.go)
+	defer dl.stop(m)
 	defer func() {
 		m.mu.Lock()
 		m.removeWaiter(w)
@@ -452,6 +454,11 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		case <-w.ch:
 		case <-m.closing:
 		case <-done:
+		case <-dl.fired():
+			if token, err, over := m.checkDeadlock(ctx, name, ref, dl); over {
+				atomic.AddUint32(parked, ^uint32(0))
+				return token, err
+			}
 		}
 	}
 }

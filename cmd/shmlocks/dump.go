@@ -37,12 +37,19 @@ how many more holders, its queue length (exclusive/shared) and longest
 wait. Not on a terminal (or with --json), --watch prints the dump again
 every --interval.
 
+The plain view and --check also list, for each waiting request, whom it
+waits for (the holders of its name and the requests queued ahead of it whose
+mode conflicts with its own, like PostgreSQL's pg_blocking_pids), and the
+wait-for cycles (deadlocks) through holds whose task waits: see
+docs/multi-and-deadlock.md.
+
 --check instead opens the table read-write as a temporary agent (which also
 reaps dead agents), runs the table's consistency checker with every bucket
 latched, prints what it finds and closes again.
 
 Exit status: 0 ok; 1 missing or unreadable table, or --check found
-violations; 2 usage error; 3 corrupt table (the message names the field).
+violations or a wait-for cycle; 2 usage error; 3 corrupt table (the message
+names the field).
 
 %s`
 
@@ -106,7 +113,17 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 			return dumpJSON(t, w)
 		}
 		fmt.Fprintf(w, "table     %s\n", path)
-		return t.Render(w, time.Now())
+		if err := t.Render(w, time.Now()); err != nil {
+			return err
+		}
+		held, pending, err := t.Snapshot(nil)
+		if err == nil {
+			// Read once without latching: a cycle shown may be a phantom of
+			// a table that changed while it was read; --check reads twice.
+			g := table.NewWaitFor(held, pending)
+			renderWaits(w, g, g.Cycles()) // waits.go
+		}
+		return err
 	}
 	if !*watch {
 		var buf bytes.Buffer
@@ -194,5 +211,15 @@ func dumpCheck(path string, stdout, stderr io.Writer, openErr func(error) int) i
 	u := m.Table().Usage()
 	// Our own agent is counted in Usage; report the others.
 	fmt.Fprintf(stdout, "%s: consistent (%d other agents, %d held, %d waiting)\n", path, u.Agents-1, u.Held, u.Waiting)
+	g, cycles, err := confirmedCycles(m.Table(), m.Agent())
+	if err != nil {
+		fmt.Fprintf(stderr, "shmlocks dump --check: %s: %v\n", path, err)
+		return exitFailure
+	}
+	renderWaits(stdout, g, cycles)
+	if len(cycles) > 0 {
+		fmt.Fprintf(stderr, "shmlocks dump --check: %s: %d wait-for cycles (deadlocks)\n", path, len(cycles))
+		return exitFailure
+	}
 	return exitOK
 }
