@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -206,7 +207,8 @@ func TestRequestAllStolen(t *testing.T) {
 }
 
 // Three processes take overlapping sets of names listed in different orders,
-// 20,000 times each, at the same time: none ever waits for another in a cycle.
+// 5,000 times each, at the same time: none ever waits for another in a cycle
+// (a wait-for cycle would be reported as ErrDeadlock, or hang until the bound).
 func TestAcquireAllDifferentOrdersProcesses(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, nil)
@@ -216,10 +218,12 @@ func TestAcquireAllDifferentOrdersProcesses(t *testing.T) {
 		cs = append(cs, spawn(t, path, nil))
 	}
 	for i, c := range cs { // all started, then all go: their loops overlap
-		c.send("loopall %s 20000", sets[i])
+		c.send("loopall %s 5000", sets[i])
 	}
 	for i, c := range cs {
-		c.expect("loopdone " + sets[i])
+		// Progress, not speed: generous on a loaded machine (2.9 s for
+		// 20,000 rounds under -race on a quiet one).
+		c.expectWithin("loopdone "+sets[i], time.Minute)
 	}
 	snap, err := m.Query(context.Background())
 	require.NoError(t, err)
