@@ -43,6 +43,8 @@ func hostileRun(t *testing.T, corrupt func(b []byte)) {
 	defer qcancel()
 	queued := acquireAsync(qctx, m1, "a", RequestOptions{Mode: Shared})
 	waitPending(t, m1, "a", 1)
+	watched := waitUnlockedAsync(qctx, m1, "a", Exclusive) // a watch list in the file
+	watchingCount(t, m1, 1)
 
 	corrupt(m1.Table().Bytes())
 
@@ -57,6 +59,8 @@ func hostileRun(t *testing.T, corrupt func(b []byte)) {
 		if l, err := m2.Acquire(opctx, "new", RequestOptions{IfAvailable: true}); err == nil {
 			l.Release()
 		}
+		m2.State(opctx, "a")
+		m2.WaitUnlocked(opctx, "a", Shared)
 		m2.Check()
 		m2.Close()
 	} else if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrTableFull) {
@@ -67,6 +71,7 @@ func hostileRun(t *testing.T, corrupt func(b []byte)) {
 	if r := <-queued; r.l != nil {
 		r.l.Release()
 	}
+	<-watched
 	m1.Query(opctx)
 }
 
