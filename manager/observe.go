@@ -340,7 +340,8 @@ func (m *Manager) drop(o *observer) {
 		delete(m.obs.m, o.ref.Slot)
 		m.obs.n.Add(-1)
 		if !m.closed.Load() { // after Close the record may be another agent's
-			atomic.AddUint32(m.a.Parked(), ^uint32(0))
+			// Guarded: the file may have been truncated under us.
+			table.Guard(func() error { atomic.AddUint32(m.a.Parked(), ^uint32(0)); return nil })
 		}
 	}
 	m.obs.mu.Unlock()
