@@ -202,6 +202,32 @@ func TestWaitUnlockedAbortAndDeadWatcher(t *testing.T) {
 	check(t, m)
 }
 
+// WaitUnlocked returns at the first instant its name is free, even if
+// another request takes the name before its goroutine looks.
+//
+// P1: A acquires x.     P2: P WaitUnlocked(x) — still blocked.
+// P3: A releases x and acquires it again at once.
+// P4: P's WaitUnlocked returns (while A holds x again).
+func TestWaitUnlockedSeesABriefFreeInstant(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, nil)
+	a := spawn(t, path, nil)
+	a.send("acquire x")
+	a.expect("acquired x")
+	w := waitUnlockedAsync(ctxT(t, eventually), m, "x", Exclusive)
+	stillWaiting(t, w, "x held by A")
+	a.send("release x")
+	a.send("acquire x")
+	a.expect("released x")
+	a.expect("acquired x")
+	unlocked(t, w, "x was free between A's release and its next acquire")
+	st, err := m.State(context.Background(), "x")
+	require.NoError(t, err)
+	require.True(t, st.Locked())
+	watchingCount(t, m, 0)
+	check(t, m)
+}
+
 // A lock taken by the uncontended path (no slot, no latch) is seen by
 // State and waited for by WaitUnlocked; a dead holder's lock is reaped for
 // a watcher as for a waiter.

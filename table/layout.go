@@ -98,7 +98,7 @@ const (
 	slPrev    = 16 // uint32: previous slot index+1 in the entry's queue or held list
 	slNext    = 20 // uint32: next slot index+1
 	slSeq     = 24 // uint32: enqueue sequence number
-	slFlags   = 28 // uint32: flagSteal ...
+	slFlags   = 28 // uint32: flagSteal; WATCHING: flagFired
 	slToken   = 32 // uint64: fencing token, written at grant
 	slEnqueue = 40 // int64: unix nanoseconds when enqueued
 	slGrant   = 48 // int64: unix nanoseconds when granted from the queue (0: granted at once, not recorded)
@@ -148,6 +148,7 @@ const ModeAny = 2
 
 const (
 	flagSteal = 1
+	flagFired = 2 // a WATCHING slot whose mode became grantable at a change (watch.go)
 
 	latchWaiters = 1 << 31
 	latchOwner   = 1<<24 - 1

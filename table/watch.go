@@ -214,8 +214,9 @@ func (t *Table) Watch(a *Agent, r Ref, name string, h uint64, mode uint32, now i
 
 // WatchCheck looks at watch r of agent a under the latch: if its mode is
 // ModeExclusive or ModeShared and a request in that mode would be granted
-// at once, the watch is removed (WatchRemoved, ready true). Otherwise it
-// stays linked (WatchLinked). gen is the entry's change counter, read under
+// at once, or was at the end of a change since the watch was linked (the
+// changer marked it fired), the watch is removed (WatchRemoved). Otherwise
+// it stays linked (WatchLinked). gen is the entry's change counter, read under
 // the same latch. ErrNotHeld: r is no longer a watch of a (reaped).
 func (t *Table) WatchCheck(a *Agent, r Ref, w *Wakes) (out WatchOutcome, gen uint32, err error) {
 	e, sw, err := t.latchWatch(a, r, w)
@@ -224,7 +225,8 @@ func (t *Table) WatchCheck(a *Agent, r Ref, w *Wakes) (out WatchOutcome, gen uin
 	}
 	eo := t.entryOff(e)
 	gen = atomic.LoadUint32(t.u32(eo + enGen))
-	if mode := t.ld32(t.slotOff(r.Slot) + slMode); mode != ModeAny && t.grantable(eo, mode) {
+	so := t.slotOff(r.Slot)
+	if mode := t.ld32(so + slMode); mode != ModeAny && (t.ld32(so+slFlags)&flagFired != 0 || t.grantable(eo, mode)) {
 		t.removeWatch(r.Slot, sw, e, r.Bucket)
 		t.unlatch(a, r.Bucket)
 		return WatchRemoved, gen, nil
@@ -301,7 +303,11 @@ func (t *Table) removeWatch(s uint32, sw uint64, e, b uint32) {
 
 // touch records a change of entry e's holders or queue: if anyone watches
 // e, its gen moves and every watcher is rung (after the latch, by Deliver).
-// One plain load when nobody watches.
+// A watch whose mode is grantable now is marked fired: the instant it
+// waited for has come, even if another request takes the name before its
+// owner looks (a WaitUnlocked on a busy name returns at the first free
+// instant, not at the first one its goroutine happens to see). One plain
+// load when nobody watches.
 func (t *Table) touch(e uint32, w *Wakes) {
 	eo := t.entryOff(e)
 	s := t.ld32(eo + enWHead)
@@ -309,8 +315,12 @@ func (t *Table) touch(e uint32, w *Wakes) {
 		return
 	}
 	atomic.AddUint32(t.u32(eo+enGen), 1)
+	excl, shared := t.grantable(eo, ModeExclusive), t.grantable(eo, ModeShared)
 	for steps := uint32(0); s != 0 && s-1 < uint32(t.l.MaxRequests) && steps < uint32(t.l.MaxRequests); steps++ {
 		so := t.slotOff(s - 1)
+		if m := t.ld32(so + slMode); (m == ModeExclusive && excl) || (m == ModeShared && shared) {
+			t.st32(so+slFlags, t.ld32(so+slFlags)|flagFired)
+		}
 		w.add(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), false)
 		s = t.ld32(so + slNext)
 	}

@@ -119,3 +119,40 @@ func TestWatchRepairedAndReaped(t *testing.T) {
 	require.Zero(t, f.tb.Usage().Watching)
 	require.NoError(t, f.tb.Check(nil))
 }
+
+// A watch fires at the change that makes its mode grantable, even if the
+// name is taken again before its owner looks: WaitUnlocked returns at the
+// first free instant, not at the first one its goroutine happens to see.
+func TestWatchFiresAtTheFreeInstant(t *testing.T) {
+	f := newFastEnv(t)
+	a, b := f.agent(101), f.agent(102)
+	r, _, _ := f.acquire(a, "x", ModeShared, false)
+	wx, out := f.watchOn(b, "x", ModeExclusive)
+	require.Equal(t, WatchLinked, out)
+	ws, out := f.watchOn(b, "x", ModeShared) // grantable now: nothing is linked
+	require.Equal(t, WatchReady, out)
+	_ = ws
+	require.NoError(t, f.release(a, r))
+	r2, out2, _ := f.acquire(a, "x", ModeExclusive, false) // taken again before B looks
+	require.Equal(t, Granted, out2)
+	var w Wakes
+	out, _, err := f.tb.WatchCheck(b, wx, &w)
+	require.NoError(t, err)
+	require.Equal(t, WatchRemoved, out, "x was free at A's release")
+	f.check(b)
+
+	// A change that does not make the mode grantable does not fire it.
+	wx, out = f.watchOn(b, "x", ModeShared)
+	require.Equal(t, WatchLinked, out)
+	rq, outq, _ := f.acquire(a, "x", ModeShared, false)
+	require.Equal(t, Queued, outq)
+	out, _, err = f.tb.WatchCheck(b, wx, &w)
+	require.NoError(t, err)
+	require.Equal(t, WatchLinked, out)
+	require.NoError(t, f.release(a, r2)) // grants a's queued shared request: shared is grantable
+	out, _, err = f.tb.WatchCheck(b, wx, &w)
+	require.NoError(t, err)
+	require.Equal(t, WatchRemoved, out)
+	require.NoError(t, f.release(a, rq))
+	require.NoError(t, f.tb.Check(nil))
+}
