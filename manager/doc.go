@@ -25,6 +25,11 @@
 //	                                                   (netpoller)   watcher: pidfds of the other
 //	                                                                 agents → reap the dead
 //
+// State, WaitUnlocked and Watch observe a name without requesting it: its
+// holders and queue, the first instant a request would be granted, every
+// change. They take no part in grants and are woken by whoever changes the
+// name (docs/watch.md).
+//
 // Waiting goroutines do not hold OS threads: 5,000 waiters in one process
 // use a handful. Every grant gets a Lock of its own, so that a stale handle
 // can never release a later grant: Request reuses pooled Locks (nothing can
