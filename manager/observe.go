@@ -112,7 +112,7 @@ func requestStates(in []table.LockInfo) []RequestState {
 // it had never come. Validation is Request's: closed, then name and mode,
 // then ctx. While it waits it uses one request slot (ErrTableFull when none
 // is free).
-func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) (err error) {
+func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) error {
 	if err := m.validate(ctx, name, RequestOptions{Mode: mode}); err != nil {
 		return err
 	}
