@@ -39,7 +39,10 @@ func hostileRun(t *testing.T, corrupt func(b []byte)) {
 	require.NoError(t, err)
 	_, err = m1.Acquire(ctx, "s", RequestOptions{Mode: Shared})
 	require.NoError(t, err)
-	qctx, qcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	// The queued request's deadline is armed only after l1's release below:
+	// one armed here could pass, on a busy machine, before the request is
+	// even queued, and waitPending would then wait in vain.
+	qctx, qcancel := context.WithTimeout(ctx, eventually)
 	defer qcancel()
 	queued := acquireAsync(qctx, m1, "a", RequestOptions{Mode: Shared})
 	waitPending(t, m1, "a", 1)
@@ -68,9 +71,11 @@ func hostileRun(t *testing.T, corrupt func(b []byte)) {
 	}
 	m1.Check()
 	l1.Release()
+	abort := time.AfterFunc(200*time.Millisecond, qcancel) // granted by then, or aborted
 	if r := <-queued; r.l != nil {
 		r.l.Release()
 	}
+	abort.Stop()
 	<-watched
 	m1.Query(opctx)
 }

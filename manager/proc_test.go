@@ -33,8 +33,10 @@ import (
 //	                       -> "unlocked NAME" | "aborted NAME" | "error NAME MSG" (in the background)
 //	query                  -> "query JSON"
 //	check                  -> "checked" | "error check MSG"
+//	acqlog NAME ID LOG     -> "logged ID TOKEN" (a goroutine acquires NAME, appends "PID ID TOKEN" to LOG while holding, releases)
 //	crash POINT            -> arms a crash point: the child SIGKILLs itself when it reaches it
 //	exit | close | panic   -> exit without Close, Close then exit 0, or panic
+//	(the commands of childCommands, in other test files)
 //
 // The child prints "ready PID CLIENTID" after Open. A watchdog makes a stuck
 // child exit with a message instead of hanging the test.
@@ -47,13 +49,15 @@ const (
 
 // armCrash makes this process SIGKILL itself when it reaches the crash point.
 func armCrash(point string) {
-	table.SetCrashHook(func(p string) {
+	hook := func(p string) {
 		if p == point {
 			self, _ := os.FindProcess(os.Getpid())
 			self.Kill() // SIGKILL: no deferred code, no Close
 			select {}
 		}
-	})
+	}
+	table.SetCrashHook(hook)
+	coalesceCrashHook.Store(&hook) // the coalesce points (coalesce.go)
 }
 
 func TestHelperProcess(t *testing.T) {
@@ -134,6 +138,8 @@ func childMain(role string) int {
 					say("notavailable %s", name)
 				case isErr(err, ErrAborted):
 					say("aborted %s", name)
+				case isErr(err, ErrDeadlock):
+					say("deadlock %s %v", name, err)
 				default:
 					say("error %s %v", name, err)
 				}
@@ -203,6 +209,8 @@ func childMain(role string) int {
 				continue
 			}
 			say("checked")
+		case "acqlog": // acqlog NAME ID LOGPATH: see acquireLogged (goroutines_proc_test.go)
+			go acquireLogged(m, f[1], f[2], f[3])
 		case "crash":
 			armCrash(f[1])
 			say("armed %s", f[1])
@@ -216,6 +224,10 @@ func childMain(role string) int {
 				continue
 			}
 			say("flocked")
+		case "refreshround":
+			childRefreshRound(m, f) // seed_tokenrefresh_test.go
+		case "coalesce", "loop", "members", "pause", "resume", "go", "reenter", "releasechild", "releaseouter":
+			childCoalesce(m, f) // coalesce_proc_test.go
 		case "exit":
 			os.Exit(0)
 		case "close":
@@ -224,6 +236,8 @@ func childMain(role string) int {
 			return 0
 		case "panic":
 			panic("child told to panic")
+		default:
+			childCommand(m, f) // more commands, in other test files
 		}
 	}
 	return 0 // stdin closed: exit without Close

@@ -181,6 +181,7 @@ func (t *Table) Reap(a *Agent, idx uint32, word uint64, w *Wakes) error {
 	crash("reap.slots")
 	if atomic.CompareAndSwapUint64(wp, word, 0) {
 		atomic.AddUint64(t.u64(hdrReaps), 1)
+		t.emit(Event{Kind: EventReap, Agent: idx, PID: agentWordPID(word)})
 	}
 	return nil
 }

@@ -164,6 +164,7 @@ func (t *Table) check(quiescent bool) error {
 			continue
 		}
 		ag := wordAgent(sw)
+		t.checkTag(c, s, sw, quiescent)
 		if ag >= nAg {
 			c.fail("slot %d: agent %d out of range", s, ag)
 		} else if aw := atomic.LoadUint64(t.u64(t.agentOff(ag) + agWord)); wordState(aw) == AgentFree {

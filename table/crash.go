@@ -34,6 +34,7 @@ var CrashPoints = []string{
 	"watch.marked",        // slot marked WATCHING, not yet linked into the entry's watch list
 	"watch.linked",        // watching slot linked, latch still held
 	"unwatch.unlinked",    // watching slot unlinked from the watch list, not yet freed
+	"tag.partial",         // some holds of a long wait tagged with its task, the rest not yet
 }
 
 var crashHook atomic.Pointer[func(point string)]

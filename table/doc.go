@@ -88,7 +88,7 @@
 //	16     4    prev     latch holder                    latch holder         no     list link
 //	20     4    next     latch holder                    latch holder         no     list link
 //	24     4    seq      latch holder                    latch holder, repair no     queue order
-//	28     4    flags    latch holder                    dump, watch owner    no     1: granted by steal; 2: fired (WATCHING)
+//	28     4    flags    latch holder                    dump, deadlock, watch no    1: granted by steal; HELD: bits 1-31 task tag (tag.go); WATCHING: 2 fired (watch.go)
 //	32     8    token    latch holder (grant)            owner after HELD     no     fencing token
 //	40     8    enqueued latch holder                    dump                 no     unix ns
 //	48     8    granted  latch holder (queue grant)      dump                 no     unix ns, 0 if granted at once

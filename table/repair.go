@@ -145,4 +145,5 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 		}
 	}
 	atomic.AddUint64(t.u64(hdrRepairs), 1)
+	t.emit(Event{Kind: EventRepair, Bucket: b})
 }

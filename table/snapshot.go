@@ -16,6 +16,13 @@ type LockInfo struct {
 	Since int64  // unix nanoseconds: enqueued (pending) or granted from the queue (held); 0 for a request granted at once (not recorded, to keep the clock off the fast path)
 	Slot  uint32
 	Steal bool // granted by a steal
+	// Serial is the request's slot serial (a fast hold: its entry's fast
+	// counter): with Slot it names one request for its whole life, so two
+	// snapshots can tell "the same request" from "a later one in the slot".
+	Serial uint32
+	// Tag (holds only) is the task tag (TaskTag) of the waiting request of
+	// the same agent whose task holds this lock, or 0.
+	Tag uint32
 }
 
 // Snapshot returns every held and pending request, pending in queue order
@@ -88,11 +95,12 @@ func (t *Table) snapEntry(e uint32, name string, held, pending []LockInfo, stric
 		// Held by the fast path (its lists are empty).
 		if ag, ok := fastHolder(uint32(fw)); ok {
 			li := LockInfo{
-				Name:  name,
-				Mode:  ModeExclusive,
-				Agent: ag,
-				Slot:  t.fastSlot(e),
-				Token: atomic.LoadUint64(t.u64(eo+enToken))&^lo32 | fw>>32,
+				Name:   name,
+				Mode:   ModeExclusive,
+				Agent:  ag,
+				Slot:   t.fastSlot(e),
+				Serial: uint32(fw >> 32),
+				Token:  atomic.LoadUint64(t.u64(eo+enToken))&^lo32 | fw>>32,
 			}
 			t.agentOf(&li)
 			held = append(held, li)
@@ -110,17 +118,20 @@ func (t *Table) snapEntry(e uint32, name string, held, pending []LockInfo, stric
 			}
 			so := t.slotOff(s - 1)
 			sw := atomic.LoadUint64(t.u64(so + slWord))
+			flags := atomic.LoadUint32(t.u32(so + slFlags))
 			li := LockInfo{
-				Name:  name,
-				Mode:  atomic.LoadUint32(t.u32(so + slMode)),
-				Agent: wordAgent(sw),
-				Slot:  s - 1,
-				Steal: atomic.LoadUint32(t.u32(so+slFlags))&flagSteal != 0,
+				Name:   name,
+				Mode:   atomic.LoadUint32(t.u32(so + slMode)),
+				Agent:  wordAgent(sw),
+				Slot:   s - 1,
+				Serial: wordSerial(sw),
+				Steal:  flags&flagSteal != 0,
 			}
 			t.agentOf(&li)
 			if list == enHHead {
 				li.Token = atomic.LoadUint64(t.u64(so + slToken))
 				li.Since = int64(atomic.LoadUint64(t.u64(so + slGrant)))
+				li.Tag = flags &^ flagSteal
 				held = append(held, li)
 			} else {
 				li.Since = int64(atomic.LoadUint64(t.u64(so + slEnqueue)))
