@@ -25,6 +25,11 @@
 //	                                                   (netpoller)   watcher: pidfds of the other
 //	                                                                 agents → reap the dead
 //
+// State, WaitUnlocked and Watch observe a name without requesting it: its
+// holders and queue, the first instant a request would be granted, every
+// change. They take no part in grants and are woken by whoever changes the
+// name (docs/watch.md).
+//
 // AcquireAll and RequestAll take several names at once, all or none, in
 // byte order (so they never wait for each other in a cycle), FIFO per name.
 // A request that waits in a wait-for cycle with requests of other processes

@@ -3,14 +3,15 @@ package manager_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
-	"sync"
 
 	"github.com/shmlocks/shmlocks/manager"
 )
 
-func ExampleManager_Locker() {
+// State replaces an isLocked built on IfAvailable (which takes the lock it
+// only wants to look at); WaitUnlocked is waitForUnlock: requests that must
+// not start while a token refresh holds "token" wait for it without taking
+// it, and Watch follows the name.
+func ExampleManager_WaitUnlocked() {
 	path, cleanup := tempTable()
 	defer cleanup()
 	m, err := manager.Open(path, nil)
@@ -18,54 +19,25 @@ func ExampleManager_Locker() {
 		panic(err)
 	}
 	defer m.Close()
-
-	// A sync.Locker for the exclusive lock "counter", shared by every
-	// process of the table: here it guards a sync.Cond's state too.
-	var mu sync.Locker = m.Locker("counter")
-	cond := sync.NewCond(mu)
-	ready := false
-	go func() {
-		mu.Lock()
-		ready = true
-		mu.Unlock()
-		cond.Broadcast()
-	}()
-	mu.Lock()
-	for !ready {
-		cond.Wait()
-	}
-	mu.Unlock()
-	fmt.Println("ready:", ready)
-	// Output: ready: true
-}
-
-func ExampleManager_Stats() {
-	path, cleanup := tempTable()
-	defer cleanup()
-	// Stats: count requests; Logger: reaps, latch takeovers, corrupt
-	// tables and steals (here on stderr, as text).
-	m, err := manager.Open(path, &manager.OpenOptions{
-		Stats:  true,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
-	})
-	if err != nil {
-		panic(err)
-	}
-	defer m.Close()
 	ctx := context.Background()
-	l, _ := m.Acquire(ctx, "jobs", manager.RequestOptions{})
-	_, err = m.Acquire(ctx, "jobs", manager.RequestOptions{IfAvailable: true})
-	fmt.Println(err)
-	l.Release()
 
-	st, _ := m.Stats()
-	for _, o := range []manager.Outcome{manager.OutcomeGranted, manager.OutcomeNotAvailable} {
-		fmt.Println(o, st.Requests[manager.Exclusive][o])
-	}
-	fmt.Printf("agents %d of %d\n", st.Usage.Agents, st.Geometry.MaxAgents)
+	feed, _ := m.Watch(ctx, "token")
+	fmt.Println("watch: locked", (<-feed).Locked())
+
+	refresh, _ := m.Acquire(ctx, "token", manager.RequestOptions{}) // the refresh runs
+	st, _ := m.State(ctx, "token")
+	fmt.Println("state: locked", st.Locked(), "token", st.Held[0].Token, "shared grantable", st.Grantable(manager.Shared))
+	fmt.Println("watch: locked", (<-feed).Locked())
+
+	done := make(chan error)
+	go func() { done <- m.WaitUnlocked(ctx, "token", manager.Shared) }()
+	refresh.Release() // the refresh is over: the waiting request may start
+	fmt.Println("unlocked:", <-done)
+	fmt.Println("watch: locked", (<-feed).Locked())
 	// Output:
-	// lock "jobs": shmlocks: lock not available
-	// granted 1
-	// not_available 1
-	// agents 1 of 256
+	// watch: locked false
+	// state: locked true token 1 shared grantable false
+	// watch: locked true
+	// unlocked: <nil>
+	// watch: locked false
 }

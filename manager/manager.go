@@ -88,7 +88,8 @@ type Manager struct {
 	closing  chan struct{} // closed by Close: waiters give up
 	faulted  atomic.Bool   // a read of the mapping faulted (file truncated): inflight may be off
 
-	held registry // our granted locks whose loss is watched, by slot
+	held registry  // our granted locks whose loss is watched, by slot
+	obs  observers // our watches of names (WaitUnlocked, Watch), by slot: observe.go
 
 	mu      sync.Mutex
 	waiters map[uint32]*waiter   // our parked requests, by slot

@@ -29,6 +29,8 @@ import (
 //	                          (runs in the background; several may be outstanding)
 //	release NAME           -> "released NAME" | "stolen NAME" | "error NAME MSG"
 //	watch NAME             -> "lost NAME" once the held lock's Lost channel closes
+//	waitunlocked NAME [shared] [timeout=DUR]
+//	                       -> "unlocked NAME" | "aborted NAME" | "error NAME MSG" (in the background)
 //	query                  -> "query JSON"
 //	check                  -> "checked" | "error check MSG"
 //	acqlog NAME ID LOG     -> "logged ID TOKEN" (a goroutine acquires NAME, appends "PID ID TOKEN" to LOG while holding, releases)
@@ -170,6 +172,28 @@ func childMain(role string) int {
 			go func() {
 				<-l.Lost()
 				say("lost %s", l.Name())
+			}()
+		case "waitunlocked":
+			name, mode, timeout := f[1], Exclusive, time.Minute
+			for _, a := range f[2:] {
+				switch {
+				case a == "shared":
+					mode = Shared
+				case strings.HasPrefix(a, "timeout="):
+					timeout, _ = time.ParseDuration(strings.TrimPrefix(a, "timeout="))
+				}
+			}
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				defer cancel()
+				switch err := m.WaitUnlocked(ctx, name, mode); {
+				case err == nil:
+					say("unlocked %s", name)
+				case isErr(err, ErrAborted):
+					say("aborted %s", name)
+				default:
+					say("error %s %v", name, err)
+				}
 			}()
 		case "query":
 			s, err := m.Query(context.Background())

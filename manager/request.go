@@ -625,6 +625,7 @@ func (m *Manager) scan(force bool) {
 // waitList); with all it looks at every waiter (after a reap, which may
 // remove requests anywhere in a queue, and on the periodic safety scan).
 func (m *Manager) scanWaiters(all bool) {
+	m.scanObservers() // a ring may be for a watch (observe.go)
 	m.mu.Lock()
 	defer m.mu.Unlock() // also when a read of a truncated file faults (Guard)
 	for _, q := range m.queues {
@@ -641,8 +642,9 @@ func (m *Manager) scanWaiters(all bool) {
 	}
 }
 
-// pokeAll asks every parked waiter to look at its slot again.
+// pokeAll asks every parked waiter (and watch) to look at its slot again.
 func (m *Manager) pokeAll() {
+	m.pokeObservers()
 	m.mu.Lock()
 	for _, w := range m.waiters {
 		w.poke()
