@@ -54,7 +54,7 @@ if [ -z "${SUMMARY_ONLY:-}" ]; then
 			-test.benchmem -test.count 1 -test.timeout 20m | tee -a "$OUT/inproc.txt"
 	done
 	# Several processes: each iteration is one complete measurement.
-	"$T" -test.run '^$' -test.bench '^Benchmark(Handoff|Contention|SharedReaders|LongWait|YieldShare)$' \
+	"$T" -test.run '^$' -test.bench '^Benchmark(Handoff|Contention|Goroutines|SharedReaders|LongWait|YieldShare)$' \
 		-test.benchtime 1x -test.count "$COUNT" -test.timeout 20m | tee "$OUT/multiproc.txt"
 	"$T" -test.run '^$' -test.bench '^BenchmarkDeathToGrant$' \
 		-test.benchtime 30x -test.count "$COUNT" -test.timeout 10m | tee "$OUT/death.txt"
@@ -113,6 +113,7 @@ function target(what, figure, ok) {
 END {
 	skipns["BenchmarkHandoff"] = skipns["BenchmarkContention"] = skipns["BenchmarkSharedReaders"] = 1
 	skipns["BenchmarkLongWait"] = skipns["BenchmarkDeathToGrant"] = skipns["BenchmarkDrainSameName"] = skipns["BenchmarkYieldShare"] = 1
+	skipns["BenchmarkGoroutines"] = 1
 	print "# Medians"
 	for (f = 1; f <= nfam; f++) {
 		fam = forder[f]
@@ -192,6 +193,22 @@ END {
 		lim = procs[n] == 2 ? 1.2 : 1.5
 		r = m(C, "shm-maxmin"); target("#5 max/min ops per process <= " lim ", " procs[n] " procs, cs=" css[c] ", " pins[p], fmt(r), r != "" && r <= lim)
 	}
+	# issue 18: several goroutines per process on one name (empty sections, unpinned)
+	split("1 2 4 4 8", gp, " "); split("64 4 4 16 2", gg, " "); split("2 1 0.5 0 2", gmin, " ")
+	for (k = 1; k <= 5; k++) {
+		G = "BenchmarkGoroutines/procs=" gp[k] "/goroutines=" gg[k]
+		what = gp[k] " x " gg[k]
+		r = m(G, "shm/flock"); fig = fmt(r) "x (" fmt(m(G, "shm-ops/s")) " vs " fmt(m(G, "flock-ops/s")) " ops/s)"
+		if (gmin[k] + 0 > 0) target("#18 " what " ops/s >= " gmin[k] "x flock", fig, r != "" && r >= gmin[k])
+		else if (r != "") printf "| #18 %s ops/s against flock | %s | reported |\n", what, fig
+		else target("#18 " what " ops/s against flock", "", 0)
+		if (gp[k] == 1) {
+			r = m(G, "shm/chan"); target("#18 " what " ops/s >= 0.3x the in-process channel FIFO", fmt(r) "x (" fmt(m(G, "shm-ops/s")) " vs " fmt(m(G, "chan-ops/s")) " ops/s)", r != "" && r >= 0.3)
+		}
+		r = m(G, "shm-g-maxmin"); target("#18 max/min ops per goroutine <= 1.5, " what " (flock " fmt(m(G, "flock-g-maxmin")) ")", fmt(r), r != "" && r <= 1.5)
+	}
+	H = "BenchmarkHandoff/pinned"
+	r = m(H, "shm/flock"); target("#18 two-process handoff within 1.0x of flock (pinned)", fmt(r) "x (" fmt(m(H, "shm-ns/handoff")) " vs " fmt(m(H, "flock-ns/handoff")) " ns)", r != "" && r <= 1)
 	r = m("BenchmarkLongWait", "cpu%"); target("#5 a 1 s wait costs < 5% of a CPU", fmt(r) "%", r != "" && r < 5)
 	r = rs100k; r2 = rs1k
 	target("#5 1 / 1,000 / 100,000 names within 1.2x", fmt(s1) " / " fmt(s1k) " / " fmt(s100k) " ns (" fmt(r2) "x, " fmt(r) "x)", r != "" && r <= 1.2 && r2 <= 1.2 && r >= 1 / 1.2 && r2 >= 1 / 1.2)

@@ -198,3 +198,19 @@ func (m *Manager) queryBackend(ctx context.Context) (Snapshot, error) {
 	}
 	return snap, nil
 }
+
+// tableOnly is nil on the table backend and, on a Manager made by
+// NewBackendManager, ErrClosed once closed, else ErrNotSupported naming op:
+// the capabilities that live in the table file (Coalesce's outcome files,
+// watch lists, the wait-for graph, the table's statistics) have no backend
+// form yet. Acquire, Request, AcquireAll, RequestAll, Query, Locker and
+// Close work on every backend.
+func (m *Manager) tableOnly(op string) error {
+	if m.be == nil {
+		return nil
+	}
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %s needs the table backend", ErrNotSupported, op)
+}

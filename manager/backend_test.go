@@ -154,3 +154,39 @@ func TestBackendSeam(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	require.ErrorIs(t, m.Check(), ErrClosed)
 }
+
+// The table-only capabilities say ErrNotSupported on a backend (they must
+// not reach the nil table), ErrClosed once closed; AcquireAll and Locker
+// are built on Acquire and work.
+func TestBackendTableOnly(t *testing.T) {
+	m := NewBackendManager(newFake())
+	ctx := ctxT(t, eventually)
+	calls := map[string]func() error{
+		"Coalesce": func() error {
+			_, _, err := m.Coalesce(ctx, "a", func(context.Context) ([]byte, error) { return nil, nil })
+			return err
+		},
+		"CheckCoalesce": m.CheckCoalesce,
+		"WaitGraph":     func() error { _, err := m.WaitGraph(ctx); return err },
+		"State":         func() error { _, err := m.State(ctx, "a"); return err },
+		"WaitUnlocked":  func() error { return m.WaitUnlocked(ctx, "a", Exclusive) },
+		"Watch":         func() error { _, err := m.Watch(ctx, "a"); return err },
+		"Stats":         func() error { _, err := m.Stats(); return err },
+	}
+	for op, call := range calls {
+		err := call()
+		require.ErrorIs(t, err, ErrNotSupported, op)
+		require.ErrorContains(t, err, op, op)
+	}
+	locks, err := m.AcquireAll(ctx, []string{"b", "a"}, RequestOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "a", locks[0].Name())
+	require.NoError(t, ReleaseAll(locks))
+	mu := m.Locker("a")
+	mu.Lock()
+	mu.Unlock()
+	require.NoError(t, m.Close())
+	for op, call := range calls {
+		require.ErrorIs(t, call(), ErrClosed, op)
+	}
+}

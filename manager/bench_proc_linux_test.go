@@ -67,7 +67,11 @@ const (
 	ctlOps     = 1024 // uint64 per process, at ctlOps + 64*index
 	ctlMaxProc = 48
 	ctlGaps    = ctlOps + 64*ctlMaxProc // gapBuckets uint64 counts, then as many sums (ns)
-	ctlSize    = ctlGaps + 2*8*gapBuckets
+	// ctlGOps: uint64 per requesting goroutine, at ctlGOps + 64*(Index*Goroutines+g),
+	// when the children run several goroutines (bench_goroutines_linux_test.go).
+	ctlGOps = (ctlGaps + 2*8*gapBuckets + 63) &^ 63
+	ctlMaxG = 256
+	ctlSize = ctlGOps + 64*ctlMaxG
 	// gapBuckets: the gap between one process's critical section and the
 	// next one's, in 100 ns buckets; the last one holds every gap of 3 µs
 	// or more (a stall: the next holder was off its CPU, or asleep).
@@ -95,6 +99,8 @@ type benchArgs struct {
 	Opts    *OpenOptions
 	Limit   time.Duration // bound of every wait
 	Gaps    bool          // record the gaps between sections of different processes (SHMLOCKS_BENCH_GAPS)
+	// Goroutines > 1: that many goroutines loop greedily (benchLoopGoroutines).
+	Goroutines int
 }
 
 func TestBenchHelperProcess(t *testing.T) {
@@ -216,7 +222,11 @@ func benchChild(role string) int {
 			spinWork(a.Calib)
 			fmt.Printf("calib %d\n", time.Since(t0).Nanoseconds())
 		case "go":
-			ops, err := benchLoop(a, ctl, m, fd)
+			loop := benchLoop
+			if a.Goroutines > 1 || a.Kind == kindChan {
+				loop = benchLoopGoroutines
+			}
+			ops, err := loop(a, ctl, m, fd)
 			if err != nil {
 				fmt.Printf("error loop %v\n", err)
 				return 2
@@ -504,12 +514,16 @@ type loopCfg struct {
 	calib   bool         // measure the two-processes-vs-one calibration first
 	warmup  time.Duration
 	window  time.Duration
+
+	// goroutines > 1: requesting goroutines per child (per-goroutine counts in gops)
+	goroutines int
 }
 
 // loopResult is what the parent saw during the window.
 type loopResult struct {
 	elapsed  time.Duration
 	ops      []uint64 // per process
+	gops     []uint64 // per requesting goroutine (goroutines > 1), process-major
 	total    uint64
 	changes  uint64
 	repeats  uint64
@@ -699,7 +713,7 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 		kids[i] = startBenchChild(b, "loop", ctlPath, benchArgs{
 			Kind: cfg.kind, Table: tablePath, Flock: filepath.Join(dir, "flock"), Name: "contended",
 			Index: i, Mode: cfg.mode, CSIters: cfg.csIters, Ping: cfg.ping, Opts: cfg.opts, Calib: int(perUS * 20_000), // ~20 ms
-			Limit: cfg.warmup + cfg.window + 30*time.Second, Gaps: gaps,
+			Limit: cfg.warmup + cfg.window + 30*time.Second, Gaps: gaps, Goroutines: cfg.goroutines,
 		}, cpu)
 	}
 	res := loopResult{ops: make([]uint64, cfg.procs), maxprocs: kids[0].maxprocs, cpus: kids[0].cpus}
@@ -716,10 +730,19 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 		}
 		return c, t
 	}
+	ng := max(cfg.goroutines, 1)
 	read := func() (time.Time, []uint64, uint64, uint64, uint64) {
-		ops := make([]uint64, cfg.procs)
-		for i := range ops {
-			ops[i] = atomic.LoadUint64(ctlWord64(ctl, ctlOps+64*i))
+		ops := make([]uint64, cfg.procs, cfg.procs*(1+ng))
+		if ng == 1 {
+			for i := range cfg.procs {
+				ops[i] = atomic.LoadUint64(ctlWord64(ctl, ctlOps+64*i))
+			}
+		} else { // per-process sums, then the per-goroutine counts
+			for i := range cfg.procs * ng {
+				v := atomic.LoadUint64(ctlWord64(ctl, ctlGOps+64*i))
+				ops[i/ng] += v
+				ops = append(ops, v)
+			}
 		}
 		return time.Now(), ops,
 			atomic.LoadUint64(ctlWord64(ctl, ctlChanges)), atomic.LoadUint64(ctlWord64(ctl, ctlRepeats)),
@@ -746,9 +769,12 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 		k.wait()
 	}
 	res.elapsed = t1.Sub(t0)
-	for i := range ops1 {
+	for i := range cfg.procs {
 		res.ops[i] = ops1[i] - ops0[i]
 		res.total += res.ops[i]
+	}
+	for i := cfg.procs; i < len(ops1); i++ {
+		res.gops = append(res.gops, ops1[i]-ops0[i])
 	}
 	res.changes, res.repeats, res.viol = ch1-ch0, rep1-rep0, viol
 	res.gaps = gaps

@@ -74,6 +74,13 @@ var crashScenarios = map[string]func(e *crashEnv, point string){
 	// H holds x by the fast path; V requests x and dies (latch held) while
 	// moving H's hold to the held list; P waits, H releases, P gets x.
 	"fast.inflating": crashWhileInflating,
+	// P holds x, H waits for it to be unlocked; V dies while linking its own
+	// watch of x; H's WaitUnlocked returns when P releases.
+	"watch.marked": crashWhileWatching,
+	"watch.linked": crashWhileWatching,
+	// P holds x; V's WaitUnlocked times out and V dies while unlinking its
+	// watch; H still waits and returns when P releases.
+	"unwatch.unlinked": crashWhileUnwatching,
 }
 
 func TestCrashPoints(t *testing.T) {
@@ -362,4 +369,38 @@ func crashWhileInflating(e *crashEnv, point string) {
 	require.Greater(e.t, l.Token(), th)
 	check(e.t, e.m)
 	require.NoError(e.t, l.Release())
+}
+
+func crashWhileWatching(e *crashEnv, point string) {
+	ctx := ctxT(e.t, eventually)
+	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
+	require.NoError(e.t, err)
+	h := spawn(e.t, e.path, nil)
+	h.send("waitunlocked x")
+	watchingCount(e.t, e.m, 1)
+	v := e.victim(point)
+	v.send("waitunlocked x")
+	e.died(v)
+	h.quiet("unlocked")
+	require.NoError(e.t, lp.Release()) // takes V's latch over (watch.linked) and rings H
+	h.expect("unlocked x")
+	watchingCount(e.t, e.m, 0)
+	check(e.t, e.m)
+}
+
+func crashWhileUnwatching(e *crashEnv, point string) {
+	ctx := ctxT(e.t, eventually)
+	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
+	require.NoError(e.t, err)
+	h := spawn(e.t, e.path, nil)
+	h.send("waitunlocked x")
+	watchingCount(e.t, e.m, 1)
+	v := e.victim(point)
+	v.send("waitunlocked x timeout=100ms")
+	e.died(v)
+	h.quiet("unlocked")
+	require.NoError(e.t, lp.Release())
+	h.expect("unlocked x")
+	watchingCount(e.t, e.m, 0)
+	check(e.t, e.m)
 }

@@ -25,6 +25,21 @@
 //	                                                   (netpoller)   watcher: pidfds of the other
 //	                                                                 agents → reap the dead
 //
+// State, WaitUnlocked and Watch observe a name without requesting it: its
+// holders and queue, the first instant a request would be granted, every
+// change. They take no part in grants and are woken by whoever changes the
+// name (docs/watch.md).
+//
+// AcquireAll and RequestAll take several names at once, all or none, in
+// byte order (so they never wait for each other in a cycle), FIFO per name.
+// A request that waits in a wait-for cycle with requests of other processes
+// (or other goroutines) fails with ErrDeadlock after about
+// OpenOptions.DeadlockDelay (1s): a hold counts as blocked by a wait when
+// the wait is made by the task that holds it, i.e. with the ctx of
+// Request's or RequestAll's callback, or by AcquireAll itself.
+// WaitGraph (and shmlocks dump) shows whom each waiter waits for. See
+// docs/multi-and-deadlock.md.
+//
 // Waiting goroutines do not hold OS threads: 5,000 waiters in one process
 // use a handful. Every grant gets a Lock of its own, so that a stale handle
 // can never release a later grant: Request reuses pooled Locks (nothing can
@@ -32,7 +47,21 @@
 // caller, lets the compiler put the Lock on the caller's stack when the
 // handle does not outlive the caller's frame (no heap allocation), else it
 // is one 64-byte heap object. Release retains nothing; Lost registers the
-// Lock with the bell loop, so a caller that calls Lost gets a heap Lock. See docs/design.md for the file layout, the state
+// Lock with the bell loop, so a caller that calls Lost gets a heap Lock.
+//
+// Coalesce runs idempotent work once for all the callers of a name that
+// overlap in time, in every process of the table, and shares its outcome;
+// WithLock (and the ctx of Request's fn) makes a request on a lock the caller
+// already holds a child grant instead of a self-deadlock, and an upgrade
+// ErrWouldDeadlock. See docs/coalesce.md.
+//
+// Seeing the locks (docs/cli.md): OpenOptions.Stats makes a Manager count
+// its requests by mode and outcome, their waits, steals, lost locks, reaps
+// and repairs (Stats; off by default, so the request path only tests one
+// field); OpenOptions.Logger receives reaps, latch takeovers, corrupt
+// tables and steals (events.go); Locker adapts a name to sync.Locker.
+//
+// See docs/design.md for the file layout, the state
 // machines, the memory-ordering argument, the invariants (Manager.Check runs
 // the checker on a live table) and the failure model.
 package manager

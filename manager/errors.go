@@ -27,4 +27,33 @@ var (
 	ErrCorrupt = table.ErrCorrupt
 	// ErrReleased: Release of a lock that was already released (added to the v1 contract).
 	ErrReleased = errors.New("shmlocks: lock already released")
+	// ErrDeadlock: a waiting request was chosen as the victim of a wait-for
+	// cycle (docs/multi-and-deadlock.md); the message names the cycle.
+	ErrDeadlock = errors.New("shmlocks: deadlock")
 )
+
+// Errors of the reentrant requests and of Coalesce (v2).
+var (
+	// ErrWouldDeadlock: a request whose ctx carries a held lock on the same
+	// name (WithLock, or the ctx of Request's fn) needs more than that lock
+	// gives (exclusive asked, shared held): it could never be granted while
+	// the caller holds the lock, so it fails at once instead of waiting.
+	// Also Coalesce on a name from the fn of that name's flight.
+	ErrWouldDeadlock = errors.New("shmlocks: reentrant request would deadlock")
+	// ErrLeaderFailed: the leader of a Coalesce flight in another process
+	// published an error; the wrapped message is the leader's.
+	ErrLeaderFailed = errors.New("shmlocks: coalesce leader failed")
+	// ErrResultTooLarge: a Coalesce result is longer than MaxResultSize; the
+	// leader and every follower of its flight get it (never a truncation).
+	ErrResultTooLarge = errors.New("shmlocks: coalesce result too large")
+)
+
+// errorsIsAny reports whether err matches any of targets.
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}

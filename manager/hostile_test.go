@@ -39,10 +39,15 @@ func hostileRun(t *testing.T, corrupt func(b []byte)) {
 	require.NoError(t, err)
 	_, err = m1.Acquire(ctx, "s", RequestOptions{Mode: Shared})
 	require.NoError(t, err)
-	qctx, qcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	// The queued request's deadline is armed only after l1's release below:
+	// one armed here could pass, on a busy machine, before the request is
+	// even queued, and waitPending would then wait in vain.
+	qctx, qcancel := context.WithTimeout(ctx, eventually)
 	defer qcancel()
 	queued := acquireAsync(qctx, m1, "a", RequestOptions{Mode: Shared})
 	waitPending(t, m1, "a", 1)
+	watched := waitUnlockedAsync(qctx, m1, "a", Exclusive) // a watch list in the file
+	watchingCount(t, m1, 1)
 
 	corrupt(m1.Table().Bytes())
 
@@ -57,6 +62,8 @@ func hostileRun(t *testing.T, corrupt func(b []byte)) {
 		if l, err := m2.Acquire(opctx, "new", RequestOptions{IfAvailable: true}); err == nil {
 			l.Release()
 		}
+		m2.State(opctx, "a")
+		m2.WaitUnlocked(opctx, "a", Shared)
 		m2.Check()
 		m2.Close()
 	} else if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrTableFull) {
@@ -64,9 +71,12 @@ func hostileRun(t *testing.T, corrupt func(b []byte)) {
 	}
 	m1.Check()
 	l1.Release()
+	abort := time.AfterFunc(200*time.Millisecond, qcancel) // granted by then, or aborted
 	if r := <-queued; r.l != nil {
 		r.l.Release()
 	}
+	abort.Stop()
+	<-watched
 	m1.Query(opctx)
 }
 
@@ -148,7 +158,8 @@ func TestTruncatedUnderUs(t *testing.T) {
 // Every operation of Managers whose file is truncated under them reports
 // ErrCorrupt instead of dying of SIGBUS: the fast path and the latched path
 // of Acquire, Request, a request parked in the queue at that moment,
-// Release of fast and latched holds, Lost, and Close (which must not wait
+// Release of fast and latched holds, Lost, a WaitUnlocked and a Watch
+// parked at that moment, State, and Close (which must not wait
 // for an operation the fault unwound). To 0 bytes every read faults; to
 // 100 bytes the first page still reads (as zeros past the end).
 func TestTruncatedUnderUsOperations(t *testing.T) {
@@ -181,6 +192,11 @@ func TestTruncatedUnderUsOperations(t *testing.T) {
 				s, err := m.Query(ctx)
 				return err == nil && len(s.Pending) == 1
 			}, eventually, time.Millisecond, "the request on busy never queued")
+			unlockedErr := waitUnlockedAsync(ctx, m, "busy", Shared) // a watch parked at the truncation
+			feed, err := m.Watch(ctx, "busy")
+			require.NoError(t, err)
+			<-feed
+			watchingCount(t, m, 2)
 
 			require.NoError(t, os.Truncate(path, size))
 
@@ -190,6 +206,19 @@ func TestTruncatedUnderUsOperations(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the request queued at the truncation did not return")
 			}
+			select {
+			case err := <-unlockedErr:
+				require.ErrorIs(t, err, ErrCorrupt, "the WaitUnlocked parked at the truncation")
+			case <-ctx.Done():
+				t.Fatal("the WaitUnlocked parked at the truncation did not return")
+			}
+			for range feed { // closes: the watch met the fault
+			}
+			_, err = m.State(ctx, "busy")
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.ErrorIs(t, m.WaitUnlocked(ctx, "busy", Exclusive), ErrCorrupt)
+			_, err = m.Watch(ctx, "fresh-name")
+			require.ErrorIs(t, err, ErrCorrupt)
 			for _, o := range []RequestOptions{{}, {IfAvailable: true}, {Steal: true}, {Mode: Shared}} {
 				for _, name := range []string{"fast", "fresh-name"} {
 					_, err := m.Acquire(ctx, name, o)

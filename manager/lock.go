@@ -26,7 +26,8 @@ const (
 	stateMask      = 0x0f // the lock state
 	flagRegistered = 0x10 // in m.held, so that the bell loop closes lost when it is taken away
 	flagShown      = 0x20 // some incarnation was registered: the bell loop may still read the word (kept by init)
-	flagBackend    = 0x40 // a grant of a Backend (in ext.bk), not of the table: never registered
+	flagChild      = 0x40 // a child grant of a reentrant request (reentrant.go): nothing in the table
+	flagBackend    = 0x80 // a grant of a Backend (in ext.bk), not of the table: never registered
 	stateBits      = 8
 )
 
@@ -53,6 +54,14 @@ type lockExt struct {
 	lost chan struct{} // created lazily by Lost or the Request context
 	ctx  lockCtx       // Request's context for fn (a pooled Lock keeps it)
 	bk   *backendGrant // the grant, on a Manager made by NewBackendManager
+
+	// Reentrancy (reentrant.go). Of a child grant: its outer grant and that
+	// grant's incarnation (written before the child is published). Of an
+	// outer grant: how many children of incarnation nestedInc are held (mu).
+	parent    *Lock
+	parentInc uint64
+	nested    int
+	nestedInc uint64
 }
 
 // extension returns l's lockExt, creating it.
@@ -102,6 +111,13 @@ func (l *Lock) Token() uint64 { return l.token }
 // Lost returns a channel that is closed when the lock is stolen or
 // otherwise taken away (reaped, or released by Close).
 func (l *Lock) Lost() <-chan struct{} {
+	if e := l.ext.Load(); e != nil && e.parent != nil {
+		// A child grant is lost with its outer grant.
+		if !e.parentHeld() {
+			return closedChan
+		}
+		return e.parent.Lost()
+	}
 	e := l.extension()
 	e.mu.Lock()
 	c := l.lostLocked(e)
@@ -194,6 +210,9 @@ func (l *Lock) Release() error {
 	if word&stateMask != lockHeld || !l.state.CompareAndSwap(word, word&^stateMask|lockReleased) {
 		return l.notHeldErr()
 	}
+	if word&flagChild != 0 {
+		return l.releaseChild()
+	}
 	return l.release(word)
 }
 
@@ -202,7 +221,7 @@ func (l *Lock) Release() error {
 // state word needs no CAS; it is left as it is, and a failed release sets it.
 func (l *Lock) releaseOwn() error {
 	word := l.state.Load()
-	if word&(stateMask|flagRegistered) != lockHeld {
+	if word&(stateMask|flagRegistered|flagChild) != lockHeld {
 		return l.Release()
 	}
 	return l.release(word)
@@ -244,6 +263,7 @@ func (l *Lock) release(word uint64) error {
 		return fmt.Errorf("release %q: %w", l.name, ErrClosed)
 	case errors.Is(err, table.ErrStolen), errors.Is(err, table.ErrNotHeld):
 		l.state.Store(word&^stateMask | lockStolen)
+		m.noteLost(l)
 		return fmt.Errorf("release %q: %w", l.name, ErrStolen)
 	default:
 		// The table could not be updated (a bucket latch held too long by a
@@ -251,6 +271,7 @@ func (l *Lock) release(word uint64) error {
 		// releasable so that the caller can retry.
 		l.state.Store(word)
 		m.held.restore(l.ref.Slot, reg)
+		m.noteErr("release", err)
 		return fmt.Errorf("release %q: %w", l.name, err)
 	}
 }
@@ -290,10 +311,21 @@ type lockCtx struct {
 	stop   func() bool
 	fire   func()
 	armed  atomic.Bool // Done was called: finish has something to undo
+	inc    uint64      // l's incarnation during fn (the grant this ctx carries, reentrant.go)
 }
 
 func (c *lockCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
-func (c *lockCtx) Value(key any) any           { return c.parent.Value(key) }
+
+// Value answers the reentrancy key (reentrant.go) and the deadlock
+// detector's key (multi.go) with c itself: it carries its lock. Any other
+// key goes to its parent.
+func (c *lockCtx) Value(key any) any {
+	switch key.(type) {
+	case heldKey, carriedKey:
+		return c
+	}
+	return c.parent.Value(key)
+}
 
 func (c *lockCtx) Err() error {
 	if st := c.l.st(); st == lockStolen || st == lockClosed {

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"sync"
@@ -26,6 +27,25 @@ type OpenOptions struct {
 	// no grant is made on its name, before it parks (default 50µs;
 	// negative: never spin, and never yield the CPU before queueing).
 	SpinLimit time.Duration
+
+	// Stats makes the Manager count its requests by mode and outcome, their
+	// time queued, steals, lost locks, reaps and repairs (see Stats): an
+	// atomic add per request, and two clock reads and three adds more for a
+	// request that queues. Off by default: the request paths then test one
+	// field and count nothing.
+	Stats bool
+	// Logger receives the events an operator cares about: a dead agent
+	// reaped, a bucket latch taken over, a corrupt table, a steal (both
+	// sides); see events.go. nil: discard.
+	Logger *slog.Logger
+	// DeadlockDelay is how long a request waits before the wait-for graph
+	// is checked for a cycle through it, and then again every
+	// DeadlockDelay while it waits (default 1s, like PostgreSQL's
+	// deadlock_timeout; negative: this Manager never checks, and its
+	// requests are never chosen as victims; they still mark what their
+	// task holds, so that other Managers and shmlocks dump see cycles
+	// through them). See docs/multi-and-deadlock.md.
+	DeadlockDelay time.Duration
 }
 
 // Defaults used for zero OpenOptions fields.
@@ -62,13 +82,16 @@ type Manager struct {
 	path     string
 	clientID string
 	spin     time.Duration
+	deadlock time.Duration // OpenOptions.DeadlockDelay; <= 0: no checks
+	dl       deadlockState // this Manager's deadlock checks (deadlock.go)
 
 	closed   atomic.Bool
 	inflight atomic.Int64  // table operations in progress (Close waits for them)
 	closing  chan struct{} // closed by Close: waiters give up
 	faulted  atomic.Bool   // a read of the mapping faulted (file truncated): inflight may be off
 
-	held registry // our granted locks whose loss is watched, by slot
+	held registry  // our granted locks whose loss is watched, by slot
+	obs  observers // our watches of names (WaitUnlocked, Watch), by slot: observe.go
 
 	mu      sync.Mutex
 	waiters map[uint32]*waiter   // our parked requests, by slot
@@ -91,6 +114,10 @@ type Manager struct {
 	oneCPU    atomic.Bool  // this process may run on one CPU only
 
 	pool sync.Pool // *Lock for Request
+
+	co    coalescer // Coalesce's flights in progress (coalesce.go)
+	stats *stats    // nil unless OpenOptions.Stats; written once by Open
+	log   eventLog  // OpenOptions.Logger (events.go)
 }
 
 // Open maps the lock table at path, creating it with the geometry in opts
@@ -112,8 +139,13 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	if spin == 0 {
 		spin = defaultSpin
 	}
+	deadlock := o.DeadlockDelay
+	if deadlock == 0 {
+		deadlock = DefaultDeadlockDelay
+	}
 	t, _, err := table.Open(path, g, o.FileMode)
 	if err != nil {
+		(&eventLog{l: o.Logger, path: path}).corrupt(nil, "open", err)
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	var nb [8]byte
@@ -127,6 +159,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		maxName:  t.Geometry().MaxNameLen,
 		path:     path,
 		spin:     spin,
+		deadlock: deadlock,
 		born:     time.Now(),
 		closing:  make(chan struct{}),
 		held:     newRegistry(t.Slots()),
@@ -135,6 +168,14 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		clientID: ClientIDOf(nonce),
 	}
 	m.pool.New = func() any { return new(Lock) }
+	m.log.l, m.log.path = o.Logger, path
+	if m.log.l == nil {
+		m.log.l = discard
+	}
+	if o.Stats {
+		m.stats = new(stats)
+	}
+	t.SetEventHook(m.tableEvent)
 	m.bell, err = newDoorbell(t.Nonce(), nonce)
 	if err != nil {
 		t.Close()
@@ -158,6 +199,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		return err
 	})
 	if err != nil {
+		m.noteErr("open", err)
 		m.bell.close()
 		t.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -269,6 +311,7 @@ func (m *Manager) Close() error {
 // guarded goroutine and return ErrCorrupt.
 func (m *Manager) noteFault() {
 	m.faulted.Store(true)
+	m.noteErr("read", fmt.Errorf("%w: a read of the mapping faulted (file truncated under us?)", ErrCorrupt))
 	m.pokeAll()
 }
 
@@ -287,7 +330,7 @@ func (m *Manager) reap() error {
 		return ErrClosed
 	}
 	defer m.leave()
-	return table.Guard(func() error {
+	err := table.Guard(func() error {
 		var w table.Wakes
 		n, err := m.t.ReapDead(m.a, &w)
 		m.t.Deliver(&w, m.ringFn)
@@ -296,6 +339,8 @@ func (m *Manager) reap() error {
 		}
 		return err
 	})
+	m.noteErr("reap", err)
+	return err
 }
 
 // reapOne reaps agent idx if it is dead.

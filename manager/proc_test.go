@@ -29,10 +29,14 @@ import (
 //	                          (runs in the background; several may be outstanding)
 //	release NAME           -> "released NAME" | "stolen NAME" | "error NAME MSG"
 //	watch NAME             -> "lost NAME" once the held lock's Lost channel closes
+//	waitunlocked NAME [shared] [timeout=DUR]
+//	                       -> "unlocked NAME" | "aborted NAME" | "error NAME MSG" (in the background)
 //	query                  -> "query JSON"
 //	check                  -> "checked" | "error check MSG"
+//	acqlog NAME ID LOG     -> "logged ID TOKEN" (a goroutine acquires NAME, appends "PID ID TOKEN" to LOG while holding, releases)
 //	crash POINT            -> arms a crash point: the child SIGKILLs itself when it reaches it
 //	exit | close | panic   -> exit without Close, Close then exit 0, or panic
+//	(the commands of childCommands, in other test files)
 //
 // The child prints "ready PID CLIENTID" after Open. A watchdog makes a stuck
 // child exit with a message instead of hanging the test.
@@ -45,13 +49,15 @@ const (
 
 // armCrash makes this process SIGKILL itself when it reaches the crash point.
 func armCrash(point string) {
-	table.SetCrashHook(func(p string) {
+	hook := func(p string) {
 		if p == point {
 			self, _ := os.FindProcess(os.Getpid())
 			self.Kill() // SIGKILL: no deferred code, no Close
 			select {}
 		}
-	})
+	}
+	table.SetCrashHook(hook)
+	coalesceCrashHook.Store(&hook) // the coalesce points (coalesce.go)
 }
 
 func TestHelperProcess(t *testing.T) {
@@ -132,6 +138,8 @@ func childMain(role string) int {
 					say("notavailable %s", name)
 				case isErr(err, ErrAborted):
 					say("aborted %s", name)
+				case isErr(err, ErrDeadlock):
+					say("deadlock %s %v", name, err)
 				default:
 					say("error %s %v", name, err)
 				}
@@ -165,6 +173,28 @@ func childMain(role string) int {
 				<-l.Lost()
 				say("lost %s", l.Name())
 			}()
+		case "waitunlocked":
+			name, mode, timeout := f[1], Exclusive, time.Minute
+			for _, a := range f[2:] {
+				switch {
+				case a == "shared":
+					mode = Shared
+				case strings.HasPrefix(a, "timeout="):
+					timeout, _ = time.ParseDuration(strings.TrimPrefix(a, "timeout="))
+				}
+			}
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				defer cancel()
+				switch err := m.WaitUnlocked(ctx, name, mode); {
+				case err == nil:
+					say("unlocked %s", name)
+				case isErr(err, ErrAborted):
+					say("aborted %s", name)
+				default:
+					say("error %s %v", name, err)
+				}
+			}()
 		case "query":
 			s, err := m.Query(context.Background())
 			if err != nil {
@@ -179,6 +209,8 @@ func childMain(role string) int {
 				continue
 			}
 			say("checked")
+		case "acqlog": // acqlog NAME ID LOGPATH: see acquireLogged (goroutines_proc_test.go)
+			go acquireLogged(m, f[1], f[2], f[3])
 		case "crash":
 			armCrash(f[1])
 			say("armed %s", f[1])
@@ -192,6 +224,10 @@ func childMain(role string) int {
 				continue
 			}
 			say("flocked")
+		case "refreshround":
+			childRefreshRound(m, f) // seed_tokenrefresh_test.go
+		case "coalesce", "loop", "members", "pause", "resume", "go", "reenter", "releasechild", "releaseouter":
+			childCoalesce(m, f) // coalesce_proc_test.go
 		case "exit":
 			os.Exit(0)
 		case "close":
@@ -200,6 +236,8 @@ func childMain(role string) int {
 			return 0
 		case "panic":
 			panic("child told to panic")
+		default:
+			childCommand(m, f) // more commands, in other test files
 		}
 	}
 	return 0 // stdin closed: exit without Close

@@ -45,6 +45,7 @@ func (m *Manager) Query(ctx context.Context) (Snapshot, error) {
 	held, pending, err := m.t.Snapshot(m.a)
 	m.leave()
 	if err != nil {
+		m.noteErr("query", err)
 		return snap, fmt.Errorf("query: %w", err)
 	}
 	snap.Held = convertInfos(held)

@@ -30,8 +30,18 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	if m.be != nil {
 		return m.requestBackend(ctx, name, opts, fn)
 	}
-	ref, token, err := m.acquire(ctx, name, opts)
+	var ref table.Ref
+	var token uint64
+	var err error
+	if m.stats == nil {
+		ref, token, err = m.acquire(ctx, name, opts)
+	} else {
+		ref, token, err = m.acquireCounted(ctx, name, opts)
+	}
 	if err != nil {
+		if r, ok := err.(*reentry); ok {
+			return m.requestChild(ctx, r, opts.Mode, fn)
+		}
 		if errors.Is(err, ErrNotAvailable) {
 			return fn(ctx, nil)
 		}
@@ -40,7 +50,7 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	l := m.pool.Get().(*Lock)
 	l.init(m, name, opts.Mode, ref, token)
 	lc := &l.extension().ctx // allocated once per pooled Lock
-	*lc = lockCtx{l: l, parent: ctx}
+	*lc = lockCtx{l: l, parent: ctx, inc: l.state.Load() >> stateBits}
 	ferr := fn(lc, l)
 	lc.finish()
 	rerr := l.releaseOwn()
@@ -82,8 +92,19 @@ func (m *Manager) acquireNew(ctx context.Context, name string, opts RequestOptio
 	if m.be != nil { // the backend seam: one field load and a predictable branch
 		return m.acquireBackend(ctx, name, opts, lp)
 	}
-	ref, token, err := m.acquire(ctx, name, opts)
+	var ref table.Ref
+	var token uint64
+	var err error
+	if m.stats == nil { // statistics off: one plain load (stats.go)
+		ref, token, err = m.acquire(ctx, name, opts)
+	} else {
+		ref, token, err = m.acquireCounted(ctx, name, opts)
+	}
 	if err != nil {
+		if r, ok := err.(*reentry); ok {
+			r.fill(*lp, opts.Mode) // a child grant of ctx's (reentrant.go)
+			return nil
+		}
 		*lp = nil
 		return err
 	}
@@ -98,7 +119,7 @@ func (m *Manager) validate(ctx context.Context, name string, opts RequestOptions
 	if m.closed.Load() {
 		return ErrClosed
 	}
-	if len(name) > 0 && name[0] == '-' {
+	if len(name) > 0 && name[0] == '-' && !internalCtx(ctx) {
 		return fmt.Errorf("%w: lock name %q starts with '-'", ErrNotSupported, name)
 	}
 	if max := m.maxName; len(name) > max {
@@ -153,11 +174,20 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 			return ref, token, nil
 		}
 	}
+	if !opts.Steal {
+		// Not granted by the fast path: the name may be held through ctx
+		// (reentrant.go). Only this path asks ctx: an idle name has no
+		// grant to re-enter.
+		if err := m.reenter(ctx, name, opts.Mode); err != nil {
+			return table.Ref{}, 0, err
+		}
+	}
 	// A slot for the latched path. The claim is what Close waits for
 	// instead of an in-flight count (ClaimsSettled): a claim made before
 	// Close set closed is seen by it, one made after sees closed here.
 	ref, err = m.t.Claim(m.a, h)
 	if err != nil {
+		m.noteErr("acquire", err)
 		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, err)
 	}
 	if m.closed.Load() {
@@ -195,16 +225,27 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 	}
 	m.leave()
 	if err != nil {
+		m.noteErr("acquire", err)
 		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, err)
 	}
 	switch out {
 	case table.NotAvailable:
 		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, ErrNotAvailable)
 	case table.Queued:
+		var queued time.Time
+		if m.stats != nil { // statistics on (stats.go): time the wait
+			queued = time.Now()
+		}
 		token, err = m.wait(ctx, name, ref)
 		if err != nil {
 			return table.Ref{}, 0, err
 		}
+		if m.stats != nil {
+			m.stats.observeWait(opts.Mode, time.Since(queued))
+		}
+	}
+	if opts.Steal {
+		m.noteSteal(name, token)
 	}
 	// The Lock is registered in m.held only once someone can observe its
 	// loss asynchronously (Lost, or the Request context's Done): Release
@@ -369,6 +410,8 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 	parked := m.a.Parked()
 	atomic.AddUint32(parked, 1)
 	m.watch.kick()
+	dl := m.newDeadlockWatch(ctx, ref) // tags carried holds, arms the check (deadlock.go)
+	defer dl.stop(m)
 	defer func() {
 		m.mu.Lock()
 		m.removeWaiter(w)
@@ -417,6 +460,11 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		case <-w.ch:
 		case <-m.closing:
 		case <-done:
+		case <-dl.fired():
+			if token, err, over := m.checkDeadlock(ctx, name, ref, dl); over {
+				atomic.AddUint32(parked, ^uint32(0))
+				return token, err
+			}
 		}
 	}
 }
@@ -583,6 +631,7 @@ func (m *Manager) scan(force bool) {
 // waitList); with all it looks at every waiter (after a reap, which may
 // remove requests anywhere in a queue, and on the periodic safety scan).
 func (m *Manager) scanWaiters(all bool) {
+	m.scanObservers() // a ring may be for a watch (observe.go)
 	m.mu.Lock()
 	defer m.mu.Unlock() // also when a read of a truncated file faults (Guard)
 	for _, q := range m.queues {
@@ -599,8 +648,9 @@ func (m *Manager) scanWaiters(all bool) {
 	}
 }
 
-// pokeAll asks every parked waiter to look at its slot again.
+// pokeAll asks every parked waiter (and watch) to look at its slot again.
 func (m *Manager) pokeAll() {
+	m.pokeObservers()
 	m.mu.Lock()
 	for _, w := range m.waiters {
 		w.poke()
@@ -640,6 +690,9 @@ func (m *Manager) loseIfGone(slot uint32, e *regEntry) {
 	}
 	st, serial, mine := m.t.SlotState(m.a, slot)
 	if l.markLost(word, lockStolen) {
+		// The incarnation is lost for good: nothing re-inits l now (Request
+		// does not pool a Lock that was taken away), so its name is stable.
+		m.noteLost(l)
 		m.held.dropEntry(slot, e)
 		if mine && st == table.SlotStolen && serial == e.serial {
 			m.t.FreeStolen(m.a, table.Ref{Slot: slot, Serial: serial})

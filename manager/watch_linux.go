@@ -82,7 +82,7 @@ func (w *watcher) loop() {
 		w.m.mu.Lock()
 		n := len(w.m.waiters)
 		w.m.mu.Unlock()
-		if n == 0 {
+		if n == 0 && !w.m.watching() {
 			continue
 		}
 		if !w.m.enter() {

@@ -52,7 +52,7 @@ func (w *watcher) loop() {
 		w.m.mu.Lock()
 		n := len(w.m.waiters)
 		w.m.mu.Unlock()
-		if n > 0 {
+		if n > 0 || w.m.watching() {
 			w.m.reap()
 		}
 	}

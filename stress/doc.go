@@ -64,4 +64,12 @@
 // HdrHistograms recorded in the workers and merged by the supervisor from
 // result files the workers rewrite every 250ms, so a killed worker loses at
 // most its last 250ms. Request counts live in the region and are exact.
+//
+// Fairness: the requests made per process position (fairness.perProcess,
+// max/min) and the grants obtained per requesting goroutine
+// (fairness.goroutine.grants[position][goroutine], max/min), each counted in
+// the region, so a --chaos replacement continues its victim's counts. With
+// several goroutines per process the second is the one that shows whether a
+// process's goroutines share its grants (a FIFO lock serves each request in
+// turn, so with every goroutine always requesting the counts stay close).
 package stress

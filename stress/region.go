@@ -76,7 +76,7 @@ const (
 	slShared    = 80  // uint64: shared grants
 	slFIFOSamp  = 88  // uint64: FIFO samples taken
 	slFIFOOver  = 96  // uint64: apparent overtakes
-	slStarted   = 104 // int64: monotonic ns when the worker started
+	slStarted   = 104 // int64: monotonic ns when the worker was ready to make requests (0: not yet)
 	slAborted   = 112 // uint64: requests cancelled because the run ended
 
 	// per-goroutine record (stride recSize, after the slot header)
@@ -90,6 +90,7 @@ const (
 	rcWaitFrom = 32 // int64: monotonic ns when the request started
 	rcDeadline = 40 // int64: monotonic ns deadline of the request, 0 none
 	rcGrantAt  = 48 // int64: monotonic ns of the grant of the held lock
+	rcGrants   = 56 // uint64: grants this goroutine obtained (per-goroutine fairness)
 
 	recSteal = 1 << 8
 )
@@ -242,6 +243,18 @@ func (r *Region) SetPID(s, pid int) {
 	atomic.StoreInt64(r.i64(r.slotOff(s)+slPID), int64(pid))
 	r.setSlotState(s, slotRunning)
 }
+
+// markStarted records that the worker of slot s is ready to make requests.
+func (r *Region) markStarted(s int) { atomic.StoreInt64(r.i64(r.slotOff(s)+slStarted), mono()) }
+
+// started reports whether the worker of slot s is ready to make requests.
+func (r *Region) started(s int) bool { return atomic.LoadInt64(r.i64(r.slotOff(s)+slStarted)) != 0 }
+
+// addGrant counts a grant to goroutine g of slot s.
+func (r *Region) addGrant(s, g int) { atomic.AddUint64(r.u64(r.recOff(s, g)+rcGrants), 1) }
+
+// grants returns the grants goroutine g of slot s obtained.
+func (r *Region) grants(s, g int) uint64 { return atomic.LoadUint64(r.u64(r.recOff(s, g) + rcGrants)) }
 
 // record is a snapshot of one goroutine's record.
 type record struct {

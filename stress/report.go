@@ -63,12 +63,51 @@ type Outcomes struct {
 	Errors       int64 `json:"errors"`
 }
 
-// Fairness compares the requests completed by each process position.
+// Fairness compares the requests completed by each process position, and
+// the grants obtained by each requesting goroutine.
 type Fairness struct {
 	Max        int64   `json:"max"`
 	Min        int64   `json:"min"`
 	Ratio      float64 `json:"ratio"` // max/min (0 when min is 0)
 	PerProcess []int64 `json:"perProcess"`
+	// Goroutine is the same comparison one level down: grants per
+	// requesting goroutine, not only per process.
+	Goroutine GoroutineFairness `json:"goroutine"`
+}
+
+// GoroutineFairness compares the grants obtained by each requesting
+// goroutine: goroutine g of process position p, summed over the workers
+// that filled the position (a --chaos replacement continues its victim's
+// goroutines).
+type GoroutineFairness struct {
+	Max    int64     `json:"max"`
+	Min    int64     `json:"min"`
+	Ratio  float64   `json:"ratio"`  // max/min (0 when min is 0)
+	Grants [][]int64 `json:"grants"` // [process position][goroutine]
+}
+
+// newGoroutineFairness summarises grants[position][goroutine].
+func newGoroutineFairness(grants [][]int64) GoroutineFairness {
+	f := GoroutineFairness{Grants: grants}
+	first := true
+	for _, gs := range grants {
+		for _, v := range gs {
+			if first {
+				f.Min, f.Max, first = v, v, false
+			}
+			f.Min, f.Max = min(f.Min, v), max(f.Max, v)
+		}
+	}
+	f.Ratio = ratio(f.Max, f.Min)
+	return f
+}
+
+// ratio is hi/lo rounded to two decimals, 0 when lo is 0.
+func ratio(hi, lo int64) float64 {
+	if lo <= 0 {
+		return 0
+	}
+	return math.Round(float64(hi)/float64(lo)*100) / 100
 }
 
 // FIFO is the FIFO sampling statistic (see the package documentation).
@@ -154,6 +193,10 @@ func WriteText(w io.Writer, reps []*Report) error {
 	row("kills", func(r *Report) string { return fmt.Sprint(r.Kills) })
 	row("fairness max/min", func(r *Report) string {
 		return fmt.Sprintf("%d/%d = %.2f", r.Fairness.Max, r.Fairness.Min, r.Fairness.Ratio)
+	})
+	row("fairness per goroutine (grants) max/min", func(r *Report) string {
+		g := r.Fairness.Goroutine
+		return fmt.Sprintf("%d/%d = %.2f", g.Max, g.Min, g.Ratio)
 	})
 	row("FIFO overtaken/sampled", func(r *Report) string { return fmt.Sprintf("%d/%d", r.FIFO.Overtaken, r.FIFO.Samples) })
 	row("violations", func(r *Report) string { return fmt.Sprint(r.Violations) })

@@ -258,6 +258,12 @@ func (s *supervisor) run() *Report {
 		}
 		s.mu.Unlock()
 	}
+	// The run starts once every first worker is ready to make requests
+	// (or has exited): starting a worker (a race-enabled binary on a busy
+	// machine) can take longer than a short run, which then measured
+	// nothing.
+	s.waitStarted()
+	s.start = time.Now()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -311,6 +317,27 @@ func (s *supervisor) run() *Report {
 		fmt.Fprint(s.cfg.Progress, "\r\x1b[K")
 	}
 	return s.report(end.Sub(s.start), all)
+}
+
+// waitStarted waits, at most cfg.Grace, until every current worker has
+// marked its slot started or has exited.
+func (s *supervisor) waitStarted() {
+	deadline := time.Now().Add(s.cfg.Grace)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		ready := true
+		for _, w := range s.current {
+			if w != nil && !s.r.started(w.slot) && !isDone(w) {
+				ready = false
+				break
+			}
+		}
+		s.mu.Unlock()
+		if ready {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 func isDone(w *worker) bool {
@@ -580,6 +607,10 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 
 	// Counters, from the region (they include the killed workers).
 	perPos := make([]int64, cfg.Procs)
+	perG := make([][]int64, cfg.Procs)
+	for p := range perG {
+		perG[p] = make([]int64, cfg.Goroutines)
+	}
 	var samples, overtaken int64
 	for _, w := range all {
 		sl := w.slot
@@ -596,6 +627,9 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 		samples += st(slFIFOSamp)
 		overtaken += st(slFIFOOver)
 		perPos[w.pos] += st(slOps)
+		for g := range perG[w.pos] {
+			perG[w.pos][g] += int64(r.grants(sl, g))
+		}
 	}
 	rep.OpsPerSec = float64(rep.Ops) / sec
 	rep.OutcomesPerSec = map[string]float64{
@@ -612,9 +646,8 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 		rep.Fairness.Min = min(rep.Fairness.Min, v)
 		rep.Fairness.Max = max(rep.Fairness.Max, v)
 	}
-	if rep.Fairness.Min > 0 {
-		rep.Fairness.Ratio = math.Round(float64(rep.Fairness.Max)/float64(rep.Fairness.Min)*100) / 100
-	}
+	rep.Fairness.Ratio = ratio(rep.Fairness.Max, rep.Fairness.Min)
+	rep.Fairness.Goroutine = newGoroutineFairness(perG)
 
 	// Histograms from the workers' result files (a killed worker's file is
 	// its last periodic flush).

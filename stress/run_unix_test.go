@@ -43,6 +43,18 @@ func TestRunShmlocks(t *testing.T) {
 	require.Positive(t, rep.Ops)
 	require.Positive(t, rep.Outcomes.Granted)
 	require.Positive(t, rep.Kills)
+	// Per-goroutine grants: one count per position and goroutine; a worker
+	// killed between its two counters may leave the sum short by one per kill.
+	var sum int64
+	require.Len(t, rep.Fairness.Goroutine.Grants, cfg.Procs)
+	for _, gs := range rep.Fairness.Goroutine.Grants {
+		require.Len(t, gs, cfg.Goroutines)
+		for _, v := range gs {
+			sum += v
+		}
+	}
+	require.LessOrEqual(t, sum, rep.Outcomes.Granted)
+	require.GreaterOrEqual(t, sum, rep.Outcomes.Granted-int64(rep.Kills))
 	require.False(t, rep.TableKept)
 	_, err = os.Stat(rep.Table)
 	require.ErrorIs(t, err, os.ErrNotExist, "the temporary table is removed")
@@ -70,4 +82,42 @@ func TestRunBrokenExclusionIsCaught(t *testing.T) {
 	require.True(t, rep.TableKept)
 	require.FileExists(t, rep.Table)
 	os.RemoveAll(filepath.Dir(rep.Table))
+}
+
+// TestRunGoroutineFairness: with every request a waiting one (no
+// IfAvailable, deadline or steal) and --ops, every goroutine of every process
+// is granted exactly its ops, and the report says so per goroutine, on both
+// backends.
+func TestRunGoroutineFairness(t *testing.T) {
+	for _, backend := range []string{BackendShmlocks, BackendFlock} {
+		t.Run(backend, func(t *testing.T) {
+			var stderr bytes.Buffer
+			cfg := runConfig(t, backend)
+			cfg.Procs, cfg.Goroutines, cfg.Names = 2, 3, 1
+			cfg.Duration, cfg.Ops = 0, 150
+			cfg.IfAvailable, cfg.Timeout, cfg.Steal = 0, 0, 0
+			rep, err := Run(cfg, &stderr)
+			require.NoError(t, err, stderr.String())
+			require.Zero(t, rep.Violations, "%v\n%s", rep.ViolationMessages, stderr.String())
+			require.EqualValues(t, 2*3*150, rep.Outcomes.Granted)
+			g := rep.Fairness.Goroutine
+			require.Equal(t, [][]int64{{150, 150, 150}, {150, 150, 150}}, g.Grants)
+			require.EqualValues(t, 150, g.Max)
+			require.EqualValues(t, 150, g.Min)
+			require.Equal(t, 1.0, g.Ratio)
+		})
+	}
+}
+
+func TestGoroutineFairnessSummary(t *testing.T) {
+	f := newGoroutineFairness([][]int64{{10, 30}, {20, 15}})
+	require.EqualValues(t, 30, f.Max)
+	require.EqualValues(t, 10, f.Min)
+	require.Equal(t, 3.0, f.Ratio)
+	f = newGoroutineFairness([][]int64{{7, 0}})
+	require.EqualValues(t, 7, f.Max)
+	require.EqualValues(t, 0, f.Min)
+	require.Zero(t, f.Ratio, "a starved goroutine: no finite ratio")
+	f = newGoroutineFairness([][]int64{{3, 4}, {2}})
+	require.Equal(t, 2.0, f.Ratio)
 }

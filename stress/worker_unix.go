@@ -134,6 +134,7 @@ func WorkerMain(stdout, stderr io.Writer) int {
 		cancel()
 	}()
 
+	r.markStarted(wc.Slot)
 	stats := make([]*gstats, wc.Goroutines)
 	var wg sync.WaitGroup
 	for g := 0; g < wc.Goroutines; g++ {
@@ -267,6 +268,7 @@ func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c
 		switch {
 		case err == nil:
 			r.addStat(slot, slGranted, 1)
+			r.addGrant(slot, g)
 			gr := q.Granted(token)
 			if mode == modeExclusive {
 				st.record(histWaitExclusive, waited)

@@ -155,8 +155,8 @@ func (t *Table) AgentDead(idx uint32) bool {
 
 // Reap removes everything of the dead agent idx whose record held word:
 // first the latches it held (taken over and repaired), then every slot it
-// owned (held ones released, granting the next waiters; waiting ones
-// removed), then its record. Every step is idempotent, so a reaper that dies
+// owned (held ones released, granting the next waiters; waiting ones and
+// watches removed), then its record. Every step is idempotent, so a reaper that dies
 // halfway is simply followed by another.
 func (t *Table) Reap(a *Agent, idx uint32, word uint64, w *Wakes) error {
 	if idx >= uint32(t.l.MaxAgents) || idx == a.Idx {
@@ -181,15 +181,16 @@ func (t *Table) Reap(a *Agent, idx uint32, word uint64, w *Wakes) error {
 	crash("reap.slots")
 	if atomic.CompareAndSwapUint64(wp, word, 0) {
 		atomic.AddUint64(t.u64(hdrReaps), 1)
+		t.emit(Event{Kind: EventReap, Agent: idx, PID: agentWordPID(word)})
 	}
 	return nil
 }
 
 // removeAgentSlots frees every slot owned by agent idx while its record still
 // holds word. Its fast holds are moved into their held lists first (own),
-// then every slot is handled: waiting and held slots are removed under
-// their bucket's latch (re-processing the queue); claimed and stolen slots
-// are in no list and are freed by CAS.
+// then every slot is handled: waiting, held and watching slots are removed
+// under their bucket's latch (re-processing the queue); claimed and stolen
+// slots are in no list and are freed by CAS.
 func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) error {
 	wp := t.u64(t.agentOff(idx) + agWord)
 	if err := t.inflateAgentFastHolds(a, idx, word, w); err != nil {
@@ -219,7 +220,7 @@ func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) er
 			case SlotStolen:
 				atomic.CompareAndSwapUint64(sp, sw, slotWord(wordSerial(sw), idx, SlotFree))
 				continue
-			case SlotWaiting, SlotHeld:
+			case SlotWaiting, SlotHeld, SlotWatching:
 				e := atomic.LoadUint32(t.u32(t.slotOff(s)+slEntry)) - 1
 				if e >= uint32(t.l.MaxResources) {
 					// Not attached to a valid entry: in no list we can reach. Free it.
@@ -236,7 +237,11 @@ func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) er
 				}
 				if atomic.LoadUint64(sp) == sw && atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) == b+1 &&
 					atomic.LoadUint64(wp) == word {
-					t.removeSlot(s, sw, e, b, w)
+					if wordState(sw) == SlotWatching {
+						t.removeWatch(s, sw, e, b)
+					} else {
+						t.removeSlot(s, sw, e, b, w)
+					}
 				}
 				t.unlatch(a, b)
 				crash("reap.slot")

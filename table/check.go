@@ -18,13 +18,16 @@ import (
 //   - each queue is acyclic, doubly linked, of length nWait, ends at qTail, is
 //     made of WAITING slots of that entry in strictly increasing sequence order,
 //     and its head is not grantable (it would have been granted);
-//   - every WAITING or HELD slot is in exactly one list; every used slot
+//   - every WAITING, HELD or WATCHING slot is in exactly one list; every used slot
 //     belongs to an agent record that is in use; state values are valid;
 //   - every free entry is latched; a live entry's fast word is latched, idle
 //     or held, with empty lists and a counter ≥ its token's low word when
 //     not latched; a fast holder is an agent in use that marked the entry's
 //     range (checked when quiescent: see orphan); a reserved slot is only
 //     ever in its own entry's held list, never queued;
+//   - each watch list is acyclic, doubly linked, made of WATCHING request
+//     slots of that entry; a watched entry is latched and never counts as
+//     idle;
 //   - with a == nil (the caller guarantees nothing runs): every latch is free.
 //
 // With a non-nil agent, Check takes every bucket latch (in index order) for a
@@ -140,7 +143,7 @@ func (t *Table) check(quiescent bool) error {
 		switch st {
 		case SlotFree:
 			continue
-		case SlotWaiting, SlotHeld:
+		case SlotWaiting, SlotHeld, SlotWatching:
 			if !inList[s] {
 				c.fail("slot %d: state %d but in no list", s, st)
 			}
@@ -161,6 +164,7 @@ func (t *Table) check(quiescent bool) error {
 			continue
 		}
 		ag := wordAgent(sw)
+		t.checkTag(c, s, sw, quiescent)
 		if ag >= nAg {
 			c.fail("slot %d: agent %d out of range", s, ag)
 		} else if aw := atomic.LoadUint64(t.u64(t.agentOff(ag) + agWord)); wordState(aw) == AgentFree {
@@ -290,6 +294,46 @@ func (t *Table) checkEntry(c *checker, e uint32, inList []bool, quiescent bool) 
 	}
 	if n := atomic.LoadUint32(t.u32(eo + enNWait)); n != count {
 		c.fail("entry %d: queue has %d slots, nWait %d", e, count, n)
+	}
+	t.checkWatches(c, e, inList)
+}
+
+// checkWatches verifies entry e's watch list (watch.go): acyclic, doubly
+// linked, made of WATCHING request slots (never a reserved slot) that point
+// at e, in a known mode; and a watched entry is latched (off the fast path).
+func (t *Table) checkWatches(c *checker, e uint32, inList []bool) {
+	eo := t.entryOff(e)
+	var prev uint32
+	next := atomic.LoadUint32(t.u32(eo + enWHead))
+	if fw := atomic.LoadUint64(t.u64(eo + enFast)); next != 0 && uint32(fw) != fastLatched {
+		c.fail("entry %d: watched but its fast word is %#x (a watched entry stays latched)", e, fw)
+	}
+	for next != 0 {
+		s := next - 1
+		if s >= uint32(t.l.MaxRequests) {
+			c.fail("entry %d: watch list index %d out of range (reserved slots never watch)", e, next)
+			break
+		}
+		if inList[s] {
+			c.fail("entry %d: watching slot %d reached twice", e, s)
+			break
+		}
+		inList[s] = true
+		so := t.slotOff(s)
+		if st := wordState(atomic.LoadUint64(t.u64(so + slWord))); st != SlotWatching {
+			c.fail("entry %d: slot %d in watch list has state %d", e, s, st)
+		}
+		if se := atomic.LoadUint32(t.u32(so + slEntry)); se != e+1 {
+			c.fail("entry %d: watching slot %d points at entry %d", e, s, int64(se)-1)
+		}
+		if p := atomic.LoadUint32(t.u32(so + slPrev)); p != prev {
+			c.fail("entry %d: watching slot %d prev %d, want %d", e, s, p, prev)
+		}
+		if m := atomic.LoadUint32(t.u32(so + slMode)); m > ModeAny {
+			c.fail("entry %d: watching slot %d mode %d", e, s, m)
+		}
+		prev = next
+		next = atomic.LoadUint32(t.u32(so + slNext))
 	}
 }
 

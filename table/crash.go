@@ -31,6 +31,10 @@ var CrashPoints = []string{
 	"fast.held",           // entry taken by the fast path's CAS, its name not yet checked again
 	"fast.released",       // fast hold given back by CAS, its slot not yet freed
 	"fast.inflating",      // a fast hold marked for the held list, not yet linked (latch held)
+	"watch.marked",        // slot marked WATCHING, not yet linked into the entry's watch list
+	"watch.linked",        // watching slot linked, latch still held
+	"unwatch.unlinked",    // watching slot unlinked from the watch list, not yet freed
+	"tag.partial",         // some holds of a long wait tagged with its task, the rest not yet
 }
 
 var crashHook atomic.Pointer[func(point string)]

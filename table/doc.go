@@ -21,7 +21,7 @@
 //
 //	offset 0                      header        HeaderSize (256)
 //	bucketsOff  = 256             buckets       nBuckets × 16     nBuckets = 2^ceil(log2(2·MaxResources))
-//	entriesOff                    entries       MaxResources × entryStride, entryStride = 64 + align8(MaxNameLen)
+//	entriesOff                    entries       MaxResources × entryStride, entryStride = 72 + align8(MaxNameLen)
 //	slotsOff                      slots         (MaxRequests + MaxResources) × 64: request slots, then one reserved slot per entry
 //	agentsOff                     agents        MaxAgents × 128
 //	size = agentsOff + 128·MaxAgents
@@ -56,7 +56,7 @@
 //	4      4    head      latch holder                      latch holder, Snapshot (skip test) yes chain of live entries of this bucket
 //	8      8    maxToken  latch holder (entry freed)        latch holder      no     ≥ every token of every entry freed here
 //
-// # Entry (stride 64 + align8(MaxNameLen)): one live name
+// # Entry (stride 72 + align8(MaxNameLen)): one live name
 //
 //	Offset Size Field    Written by                 Read by            Atomic Invariant
 //	0      4    state    allocator CAS, latch holder repair, reapers   yes    0 free, else bucket+1
@@ -72,7 +72,9 @@
 //	48     4    nameLen  latch holder               latch holder       no     ≤ MaxNameLen
 //	52     4    nWait    latch holder               latch holder       no     = length of queue
 //	56     8    fast     fast path CAS, latch holder everyone          yes    counter<<32 | state: 0 latched, idle, held by agent A (A+1); see fast.go
-//	64     …    name     latch holder               latch holder       no     nameLen bytes
+//	64     4    wHead    latch holder               latch holder       no     first WATCHING slot+1 (watch.go); non-zero: latched, kept live
+//	68     4    gen      latch holder (atomic add)  watchers           yes    bumped by every change of a watched entry's holders or queue
+//	72     …    name     latch holder               latch holder       no     nameLen bytes
 //
 // # Request slot (stride 64)
 //
@@ -81,12 +83,12 @@
 //
 //	Offset Size Field    Written by                      Read by              Atomic Invariant
 //	0      8    word     claimer CAS, latch holder, owner everyone            yes    serial<<32 | agent<<8 | state
-//	8      4    entry    latch holder                    latch holder, repair no     entry+1 while WAITING/HELD
-//	12     4    mode     latch holder                    latch holder         no     0 exclusive, 1 shared
+//	8      4    entry    latch holder                    latch holder, repair no     entry+1 while WAITING/HELD/WATCHING
+//	12     4    mode     latch holder                    latch holder         no     0 exclusive, 1 shared (WATCHING: 2 = any change)
 //	16     4    prev     latch holder                    latch holder         no     list link
 //	20     4    next     latch holder                    latch holder         no     list link
 //	24     4    seq      latch holder                    latch holder, repair no     queue order
-//	28     4    flags    latch holder                    dump                 no     1: granted by steal
+//	28     4    flags    latch holder                    dump, deadlock, watch no    1: granted by steal; HELD: bits 1-31 task tag (tag.go); WATCHING: 2 fired (watch.go)
 //	32     8    token    latch holder (grant)            owner after HELD     no     fencing token
 //	40     8    enqueued latch holder                    dump                 no     unix ns
 //	48     8    granted  latch holder (queue grant)      dump                 no     unix ns, 0 if granted at once
@@ -117,6 +119,10 @@
 //	 │      release (latch)          │ steal (latch)   ▲
 //	 │                               ▼                 │ reserved slot: its entry's fast
 //	 └──────── owner (CAS) ──────  STOLEN              │ holder moved in by a latch holder
+//
+// A claimed slot may instead become WATCHING under the latch: a watch,
+// linked into its entry's watch list (never the queue or the held list),
+// unlinked and freed by its owner or reaper under the latch (watch.go).
 //
 // A grant from a queue writes the slot's token, grant time and held-list
 // links and then its word, back to back (the waiter spins on that cache

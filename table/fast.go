@@ -291,10 +291,10 @@ func (t *Table) inflate(e uint32, v uint64, link bool) {
 	atomic.StoreUint64(t.u64(eo+enFast), fastLatched)
 }
 
-// latchIdle latches entry eo if nobody holds or waits on it (before it is
-// renamed or freed) and reports whether it did.
+// latchIdle latches entry eo if nobody holds, waits on or watches it
+// (before it is renamed or freed) and reports whether it did.
 func (t *Table) latchIdle(eo uint64) bool {
-	if !t.listsEmpty(eo) {
+	if !t.listsEmpty(eo) || t.watched(eo) {
 		return false
 	}
 	fp := t.u64(eo + enFast)
@@ -314,10 +314,11 @@ func (t *Table) latchIdle(eo uint64) bool {
 	}
 }
 
-// arm hands latched entry eo, now empty, back to the fast path.
+// arm hands latched entry eo, now empty, back to the fast path (not while
+// it is watched: a watched entry stays latched, see watch.go).
 func (t *Table) arm(eo uint64) {
 	fp := t.u64(eo + enFast)
-	if atomic.LoadUint64(fp) != fastLatched || !t.listsEmpty(eo) {
+	if atomic.LoadUint64(fp) != fastLatched || !t.listsEmpty(eo) || t.watched(eo) {
 		return
 	}
 	if ctr := uint32(t.ld64(eo + enToken)); ctr != lo32 {

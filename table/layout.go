@@ -15,13 +15,13 @@ import (
 // sync/atomic works on them also under GOARCH=386 (the mapping is page aligned).
 const (
 	Magic         = "SHMLOCK1"
-	FormatVersion = 4 // 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
+	FormatVersion = 5 // 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
 
 	HeaderSize = 256 // bytes; region 0
 	BucketSize = 16  // bytes per bucket
 	SlotSize   = 64  // bytes per request slot
 	AgentSize  = 128 // bytes per agent record
-	entryFixed = 64  // bytes of an entry before its name
+	entryFixed = 72  // bytes of an entry before its name
 
 	// Limits of the geometry, enforced at creation and on open.
 	MaxAgentsLimit    = 1<<24 - 2 // agent index+1 must fit the 24-bit latch owner field
@@ -67,7 +67,7 @@ const (
 	bkMaxToken = 8 // uint64: highest token of any entry freed from this bucket
 )
 
-// Entry field offsets (stride entryStride = 64 + MaxNameLen rounded up to 8).
+// Entry field offsets (stride entryStride = 72 + MaxNameLen rounded up to 8).
 const (
 	enState   = 0  // uint32: 0 free, else bucket index+1 (the entry is live in that bucket)
 	enNext    = 4  // uint32: next entry index+1 in the bucket chain
@@ -82,7 +82,9 @@ const (
 	enNameLen = 48 // uint32
 	enNWait   = 52 // uint32: number of waiting slots
 	enFast    = 56 // uint64: counter<<32 | fast state (see fast.go): idle, held by one agent, or latched (0)
-	enName    = 64 // [MaxNameLen]byte
+	enWHead   = 64 // uint32: first WATCHING slot index+1 (watch.go); while non-zero the entry stays latched and live
+	enGen     = 68 // uint32: bumped (atomically, under the latch) on every change of a watched entry's holders or queue
+	enName    = 72 // [MaxNameLen]byte
 )
 
 // Slot field offsets (stride SlotSize). The slot array has MaxRequests
@@ -96,7 +98,7 @@ const (
 	slPrev    = 16 // uint32: previous slot index+1 in the entry's queue or held list
 	slNext    = 20 // uint32: next slot index+1
 	slSeq     = 24 // uint32: enqueue sequence number
-	slFlags   = 28 // uint32: flagSteal ...
+	slFlags   = 28 // uint32: flagSteal; WATCHING: flagFired
 	slToken   = 32 // uint64: fencing token, written at grant
 	slEnqueue = 40 // int64: unix nanoseconds when enqueued
 	slGrant   = 48 // int64: unix nanoseconds when granted from the queue (0: granted at once, not recorded)
@@ -119,11 +121,12 @@ const (
 
 // Slot states (low 8 bits of the slot word).
 const (
-	SlotFree    = 0
-	SlotClaimed = 1 // owned by an agent, in no list; only the owner (or its reaper) changes it
-	SlotWaiting = 2 // in its entry's queue
-	SlotHeld    = 3 // in its entry's held list
-	SlotStolen  = 4 // taken away by a steal; in no list; the owner frees it
+	SlotFree     = 0
+	SlotClaimed  = 1 // owned by an agent, in no list; only the owner (or its reaper) changes it
+	SlotWaiting  = 2 // in its entry's queue
+	SlotHeld     = 3 // in its entry's held list
+	SlotStolen   = 4 // taken away by a steal; in no list; the owner frees it
+	SlotWatching = 5 // WATCHING: in its entry's watch list (watch.go); never in the queue or the held list
 )
 
 // Agent states (low 8 bits of the agent word).
@@ -139,8 +142,13 @@ const (
 	ModeShared    = 1
 )
 
+// ModeAny is the mode of a watch slot that waits for any change of its
+// name (Watch), rather than for the name to become grantable in a mode.
+const ModeAny = 2
+
 const (
 	flagSteal = 1
+	flagFired = 2 // a WATCHING slot whose mode became grantable at a change (watch.go)
 
 	latchWaiters = 1 << 31
 	latchOwner   = 1<<24 - 1

@@ -38,7 +38,7 @@ func TestLayoutOffsets(t *testing.T) {
 		{"enQTail", enQTail, 4, entryFixed}, {"enHHead", enHHead, 4, entryFixed}, {"enNHeld", enNHeld, 4, entryFixed},
 		{"enHMode", enHMode, 4, entryFixed}, {"enSeq", enSeq, 4, entryFixed}, {"enToken", enToken, 8, entryFixed},
 		{"enHash", enHash, 8, entryFixed}, {"enNameLen", enNameLen, 4, entryFixed}, {"enNWait", enNWait, 4, entryFixed},
-		{"enFast", enFast, 8, entryFixed},
+		{"enFast", enFast, 8, entryFixed}, {"enWHead", enWHead, 4, entryFixed}, {"enGen", enGen, 4, entryFixed},
 		{"slWord", slWord, 8, SlotSize}, {"slEntry", slEntry, 4, SlotSize}, {"slMode", slMode, 4, SlotSize},
 		{"slPrev", slPrev, 4, SlotSize}, {"slNext", slNext, 4, SlotSize}, {"slSeq", slSeq, 4, SlotSize},
 		{"slFlags", slFlags, 4, SlotSize}, {"slToken", slToken, 8, SlotSize}, {"slEnqueue", slEnqueue, 8, SlotSize},
@@ -249,7 +249,7 @@ func TestEntryRanges(t *testing.T) {
 // with a new FormatVersion (and new values here). make test also runs this
 // under GOARCH=386: the values do not depend on the machine's word size.
 func TestHashIsPartOfTheFormat(t *testing.T) {
-	require.Equal(t, uint32(4), uint32(FormatVersion), "these values are those of formats 3 and 4 (4 changed the fast path, not the hash)")
+	require.Equal(t, uint32(5), uint32(FormatVersion), "these values are those of formats 3, 4 and 5 (4 changed the fast path and 5 the entry header, not the hash)")
 	for _, c := range []struct {
 		name string
 		want uint64

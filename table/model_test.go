@@ -177,12 +177,78 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 	mdl := newModel()
 	reqs := map[int]*live{} // id -> request
 	nextID := 0
+	// Watches (watch.go): each must be rung (its entry's gen moves) by every
+	// change of its name, and a watch in a mode is removed by WatchCheck
+	// exactly when the model says a request in that mode is grantable.
+	type mwatch struct {
+		agent int
+		name  string
+		mode  uint32
+		ref   Ref
+		gen   uint32
+		state string // the model's state of the name when last looked at
+	}
+	watches := map[int]*mwatch{}
+	var nLinked, nReady, nRung int // the watch checks did something
+	nameState := func(n string) string { return fmt.Sprint(mdl.held[n], mdl.queue[n]) }
+	grantableNow := func(n string, mode uint32) bool {
+		return len(mdl.queue[n]) == 0 && mdl.compatible(n, mode)
+	}
 	var w Wakes
 	deliver := func() { tb.Deliver(&w, nil) }
+	checkWatches := func(step int, what string) {
+		t.Helper()
+		perName := map[string]int{}
+		for id, mw := range watches {
+			a := agents[mw.agent]
+			gen, ok := tb.WatchGen(a, mw.ref)
+			require.True(t, ok, "seed %d step %d (%s): watch %d gone", seed, step, what, id)
+			if gen != mw.gen {
+				nRung++
+			}
+			if st := nameState(mw.name); st != mw.state && gen == mw.gen {
+				t.Fatalf("seed %d step %d (%s): %q changed (%s -> %s) but watch %d was not rung", seed, step, what, mw.name, mw.state, st, id)
+			}
+			out, gen2, err := tb.WatchCheck(a, mw.ref, &w)
+			deliver()
+			require.NoError(t, err)
+			require.Equal(t, gen, gen2, "gen moved without a change")
+			// Removed when grantable now, or (fired) when it was at the end
+			// of one of this step's changes (a reap makes several).
+			ready := mw.mode != ModeAny && grantableNow(mw.name, mw.mode)
+			if ready {
+				require.Equal(t, WatchRemoved, out, "seed %d step %d (%s): watch %d on %q mode %d", seed, step, what, id, mw.name, mw.mode)
+			} else if out == WatchRemoved {
+				require.NotEqual(t, uint32(ModeAny), mw.mode, "a watch of any change is never removed by WatchCheck")
+				require.NotEqual(t, mw.gen, gen, "seed %d step %d (%s): watch %d removed without a change", seed, step, what, id)
+				ready = true
+			}
+			if ready {
+				nReady++
+				delete(watches, id)
+				continue
+			}
+			mw.gen, mw.state = gen, nameState(mw.name)
+			perName[mw.name]++
+		}
+		for _, n := range names {
+			ni, err := tb.Name(agents[0], n, Hash(n))
+			deliver()
+			require.NoError(t, err)
+			require.Len(t, ni.Watchers, perName[n], "watchers of %q", n)
+			if perName[n] > 0 {
+				require.True(t, ni.Live)
+			}
+		}
+	}
 	checkAll := func(step int, what string) {
 		t.Helper()
 		if err := tb.check(true); err != nil {
 			t.Fatalf("seed %d step %d (%s): %v", seed, step, what, err)
+		}
+		checkWatches(step, what)
+		if err := tb.check(true); err != nil {
+			t.Fatalf("seed %d step %d (%s, after the watch checks): %v", seed, step, what, err)
 		}
 		held, pending, err := tb.Snapshot(nil)
 		require.NoError(t, err)
@@ -229,6 +295,52 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 		a := agents[ai]
 		name := names[rng.IntN(len(names))]
 		var what string
+		if rng.IntN(8) == 0 { // watch or unwatch
+			what = fmt.Sprintf("watch %q agent %d", name, ai)
+			if mine := slices.Collect(func(yield func(int) bool) {
+				for id, mw := range watches {
+					if mw.agent == ai && !yield(id) {
+						return
+					}
+				}
+			}); len(mine) > 0 && rng.IntN(2) == 0 {
+				slices.Sort(mine)
+				id := mine[rng.IntN(len(mine))]
+				what = fmt.Sprintf("unwatch %d agent %d", id, ai)
+				require.NoError(t, tb.Unwatch(a, watches[id].ref, &w), what)
+				deliver()
+				delete(watches, id)
+				checkAll(step, what)
+				continue
+			}
+			mode := uint32(rng.IntN(3))
+			what += fmt.Sprintf(" mode %d", mode)
+			r, err := tb.Claim(a, Hash(name))
+			if err != nil {
+				require.ErrorIs(t, err, ErrTableFull, what)
+				continue
+			}
+			out, err := tb.Watch(a, r, name, Hash(name), mode, 1, &w)
+			deliver()
+			if err != nil {
+				require.ErrorIs(t, err, ErrTableFull, what)
+				require.Equal(t, uint32(ModeAny), mode, what)
+				checkAll(step, what)
+				continue
+			}
+			if mode != ModeAny && grantableNow(name, mode) {
+				require.Equal(t, WatchReady, out, what)
+			} else {
+				require.Equal(t, WatchLinked, out, what)
+				gen, ok := tb.WatchGen(a, r)
+				require.True(t, ok)
+				nLinked++
+				watches[nextID] = &mwatch{agent: ai, name: name, mode: mode, ref: r, gen: gen, state: nameState(name)}
+				nextID++
+			}
+			checkAll(step, what)
+			continue
+		}
 		switch {
 		case op < 45: // acquire
 			mode := uint32(ModeExclusive)
@@ -244,7 +356,11 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 				require.ErrorIs(t, err, ErrTableFull, what)
 				inUse := 0
 				for _, n := range names {
-					if len(mdl.held[n])+len(mdl.queue[n]) > 0 {
+					watched := false
+					for _, mw := range watches {
+						watched = watched || mw.name == n
+					}
+					if len(mdl.held[n])+len(mdl.queue[n]) > 0 || watched {
 						inUse++
 					}
 				}
@@ -311,6 +427,11 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 			deliver()
 			require.NoError(t, err)
 			require.Equal(t, 1, n, what)
+			for id, mw := range watches {
+				if mw.agent == ai {
+					delete(watches, id)
+				}
+			}
 			touched := map[string]bool{}
 			for id, r := range reqs {
 				if r.agent == ai {
@@ -340,6 +461,12 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 		}
 		checkAll(step, what)
 	}
+	if steps >= 1000 {
+		require.Positive(t, nLinked, "no watch was linked")
+		require.Positive(t, nReady, "no watch became ready")
+		require.Positive(t, nRung, "no watch was rung")
+	}
+	t.Logf("watches: %d linked, %d ready, %d rung", nLinked, nReady, nRung)
 }
 
 // pick chooses a random request of agent ai that is held (or waiting).

@@ -213,6 +213,7 @@ func (t *Table) AcquireClaimed(a *Agent, r Ref, name string, h uint64, mode uint
 		t.freeClaimed(s, serial, a.Idx)
 		return Ref{}, NotAvailable, 0, nil
 	}
+	t.touch(e, w)
 	t.unlatch(a, b)
 	return ref, out, token, nil
 }
@@ -424,10 +425,10 @@ func (t *Table) findEntry(b uint32, name string, h uint64) (uint32, error) {
 // taken without waiting. So a name no longer used never keeps an entry from
 // a name that needs one: a million distinct names never fill the table.
 
-// entryEmpty: nothing holds or waits on the entry at offset eo (in its
-// lists or by the fast path).
+// entryEmpty: nothing holds, waits on or watches the entry at offset eo (in
+// its lists or by the fast path).
 func (t *Table) entryEmpty(eo uint64) bool {
-	if !t.listsEmpty(eo) {
+	if !t.listsEmpty(eo) || t.watched(eo) {
 		return false
 	}
 	_, held := fastHolder(uint32(atomic.LoadUint64(t.u64(eo + enFast))))
@@ -484,6 +485,7 @@ func (t *Table) allocEntry(a *Agent, b uint32, name string, h uint64) (uint32, e
 			t.st32(eo+enNHeld, 0)
 			t.st32(eo+enNWait, 0)
 			t.st32(eo+enHMode, 0)
+			t.st32(eo+enWHead, 0)
 			t.nameEntry(eo, bo, name, h)
 			atomic.StoreUint32(t.u32(eo+enNext), atomic.LoadUint32(t.u32(bo+bkHead)))
 			atomic.StoreUint32(t.u32(bo+bkHead), e+1)
@@ -719,6 +721,7 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 	crash("release.freed")
 	t.processQueue(e, w)
 	t.wakeAhead(e, w)
+	t.touch(e, w)
 	t.entryEmptied(e, b)
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 )
@@ -56,8 +57,11 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 	fmt.Fprintf(tw, "boot id\t%s (%s)\n", hex.EncodeToString(boot[:]), bootNote)
 	fmt.Fprintf(tw, "nonce\t%016x\n", t.Nonce())
 	other := ""
+	if u.Watching > 0 {
+		other = fmt.Sprintf(", watching %d", u.Watching)
+	}
 	if u.Claimed > 0 {
-		other = fmt.Sprintf(", claimed or stolen %d", u.Claimed)
+		other += fmt.Sprintf(", claimed or stolen %d", u.Claimed)
 	}
 	fmt.Fprintf(tw, "usage\tnames %d/%d, requests %d/%d (held %d, waiting %d%s), agents %d/%d\n",
 		u.Entries, g.MaxResources, u.Slots, g.MaxRequests, u.Held, u.Waiting, other, u.Agents, g.MaxAgents)
@@ -113,13 +117,18 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 	type lockLine struct {
 		li   LockInfo
 		held bool
+		kind string // "held", "waiting" or "watching"
 	}
 	byName := map[string][]lockLine{}
 	for _, li := range held {
-		byName[li.Name] = append(byName[li.Name], lockLine{li, true})
+		byName[li.Name] = append(byName[li.Name], lockLine{li, true, "held"})
 	}
 	for _, li := range pending {
-		byName[li.Name] = append(byName[li.Name], lockLine{li, false})
+		byName[li.Name] = append(byName[li.Name], lockLine{li, false, "waiting"})
+	}
+	// Watchers after the requests (a watch takes no part in grants).
+	for _, li := range t.watchInfos() {
+		byName[li.Name] = append(byName[li.Name], lockLine{li, false, "watching"})
 	}
 	names := make([]string, 0, len(byName))
 	for n := range byName {
@@ -135,8 +144,15 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 	fmt.Fprintln(tw, "  NAME\tSTATE\tMODE\tTOKEN\tPID\tCLIENT\tFOR")
 	for _, n := range names {
 		lines := byName[n]
-		// Stable: pending keep their queue order, held sort by token ahead of them.
+		// Stable: pending keep their queue order, held sort by token ahead of
+		// them, watchers (in slot order) come last.
 		slices.SortStableFunc(lines, func(a, b lockLine) int {
+			if aw, bw := a.kind == "watching", b.kind == "watching"; aw != bw {
+				if aw {
+					return 1
+				}
+				return -1
+			}
 			switch {
 			case a.held && b.held:
 				return cmp.Compare(a.li.Token, b.li.Token)
@@ -158,6 +174,12 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 			case ModeExclusive:
 			case ModeShared:
 				mode = "shared"
+			case ModeAny:
+				if l.kind == "watching" {
+					mode = "any"
+					break
+				}
+				fallthrough
 			default:
 				mode = fmt.Sprintf("mode(%d)", li.Mode)
 			}
@@ -167,9 +189,9 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 			} else if !a {
 				pid += " (dead)"
 			}
-			state, tok := "waiting", "-"
+			state, tok := l.kind, "-"
 			if l.held {
-				state, tok = "held", strconv.FormatUint(li.Token, 10)
+				tok = strconv.FormatUint(li.Token, 10)
 				if li.Steal {
 					tok += " (steal)"
 				}
@@ -200,4 +222,37 @@ func renderAge(d time.Duration) string {
 	default:
 		return d.Round(time.Second).String()
 	}
+}
+
+// watchInfos lists every watch (WATCHING slot) with its name, in slot
+// order, reading without the latch (torn reads tolerated: a watch on an
+// entry that is not live is skipped).
+func (t *Table) watchInfos() []LockInfo {
+	var out []LockInfo
+	for s := uint32(0); s < uint32(t.l.MaxRequests); s++ {
+		so := t.slotOff(s)
+		sw := atomic.LoadUint64(t.u64(so + slWord))
+		if wordState(sw) != SlotWatching {
+			continue
+		}
+		e := atomic.LoadUint32(t.u32(so+slEntry)) - 1
+		if e >= uint32(t.l.MaxResources) {
+			continue
+		}
+		eo := t.entryOff(e)
+		n := atomic.LoadUint32(t.u32(eo + enNameLen))
+		if atomic.LoadUint32(t.u32(eo+enState)) == 0 || n > uint32(t.l.MaxNameLen) {
+			continue
+		}
+		li := LockInfo{
+			Name:  string(t.buf[eo+enName : eo+enName+uint64(n)]),
+			Mode:  atomic.LoadUint32(t.u32(so + slMode)),
+			Agent: wordAgent(sw),
+			Slot:  s,
+			Since: int64(atomic.LoadUint64(t.u64(so + slEnqueue))),
+		}
+		t.agentOf(&li)
+		out = append(out, li)
+	}
+	return out
 }

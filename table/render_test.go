@@ -92,6 +92,16 @@ func TestRenderGolden(t *testing.T) {
 	_, out = acq(a2, "cache\x00\"odd\"", ModeExclusive, true, 89*time.Minute+59*time.Second+999*time.Millisecond+400*time.Microsecond)
 	require.Equal(t, Granted, out)
 	// The stolen slot of a3 stays STOLEN (in no list) until a3 frees it.
+	// a1 waits for "invoices" to be free for a shared request; a2 watches it.
+	watch := func(a *Agent, name string, mode uint32, at time.Duration) {
+		r, err := tb.Claim(a, Hash(name))
+		require.NoError(t, err)
+		out, err := tb.Watch(a, r, name, Hash(name), mode, base.Add(at).UnixNano(), &w)
+		require.NoError(t, err)
+		require.Equal(t, WatchLinked, out)
+	}
+	watch(a1, "invoices", ModeShared, 89*time.Minute+30*time.Second)
+	watch(a2, "invoices", ModeAny, 70*time.Minute)
 
 	var got bytes.Buffer
 	require.NoError(t, tb.Render(&got, now))

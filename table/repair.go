@@ -19,7 +19,8 @@ func nowNano() int64 { return time.Now().UnixNano() }
 // are re-queued in order of their sequence numbers, held slots relinked, the
 // token counter raised to the highest token handed out, and then every queue
 // is re-processed (the dead owner may have been releasing) and empty entries
-// are freed (an idle entry may have been half renamed). Every agent with a request in the bucket is rung, so that
+// are freed (an idle entry may have been half renamed). Watch lists are
+// rebuilt from the WATCHING slots, and watched entries count as changed. Every agent with a request in the bucket is rung, so that
 // waiters re-check and victims of a half-finished steal learn of it.
 func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 	nRes, nSlots := uint32(t.l.MaxResources), t.l.slots
@@ -41,11 +42,12 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 	}
 	held := map[uint32][]uint32{}
 	waiting := map[uint32][]member{}
+	watching := map[uint32][]uint32{}
 	for s := uint32(0); s < nSlots; s++ {
 		so := t.slotOff(s)
 		sw := atomic.LoadUint64(t.u64(so + slWord))
 		st := wordState(sw)
-		if st != SlotWaiting && st != SlotHeld && st != SlotStolen {
+		if st != SlotWaiting && st != SlotHeld && st != SlotStolen && st != SlotWatching {
 			continue
 		}
 		e := t.ld32(so+slEntry) - 1
@@ -57,6 +59,10 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 			held[e] = append(held[e], s)
 		case SlotWaiting:
 			waiting[e] = append(waiting[e], member{s, t.ld32(so + slSeq)})
+		case SlotWatching:
+			if s < uint32(t.l.MaxRequests) { // a reserved slot never watches: the checker reports it
+				watching[e] = append(watching[e], s)
+			}
 		}
 		w.add(wordAgent(sw), st == SlotStolen)
 	}
@@ -107,6 +113,22 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 		}
 		t.st32(eo+enQTail, prev)
 		t.st32(eo+enNWait, uint32(len(q)))
+		// Watch list, in slot order (its order carries no meaning).
+		prev = 0
+		for _, s := range watching[e] {
+			so := t.slotOff(s)
+			t.st32(so+slPrev, prev)
+			t.st32(so+slNext, 0)
+			if prev != 0 {
+				t.st32(t.slotOff(prev-1)+slNext, s+1)
+			} else {
+				t.st32(eo+enWHead, s+1)
+			}
+			prev = s + 1
+		}
+		if len(watching[e]) == 0 {
+			t.st32(eo+enWHead, 0)
+		}
 		if n := t.ld32(eo + enNameLen); n > uint32(t.l.MaxNameLen) {
 			t.st32(eo+enNameLen, 0)
 		}
@@ -117,9 +139,11 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 	crash("repair.rebuilt")
 	for _, e := range live {
 		t.processQueue(e, w)
+		t.touch(e, w) // the dead owner may have changed it without ringing
 		if t.latchIdle(t.entryOff(e)) {
 			t.freeEntry(e, b) // the dead owner may have been renaming it
 		}
 	}
 	atomic.AddUint64(t.u64(hdrRepairs), 1)
+	t.emit(Event{Kind: EventRepair, Bucket: b})
 }

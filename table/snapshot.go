@@ -16,6 +16,13 @@ type LockInfo struct {
 	Since int64  // unix nanoseconds: enqueued (pending) or granted from the queue (held); 0 for a request granted at once (not recorded, to keep the clock off the fast path)
 	Slot  uint32
 	Steal bool // granted by a steal
+	// Serial is the request's slot serial (a fast hold: its entry's fast
+	// counter): with Slot it names one request for its whole life, so two
+	// snapshots can tell "the same request" from "a later one in the slot".
+	Serial uint32
+	// Tag (holds only) is the task tag (TaskTag) of the waiting request of
+	// the same agent whose task holds this lock, or 0.
+	Tag uint32
 }
 
 // Snapshot returns every held and pending request, pending in queue order
@@ -51,7 +58,7 @@ func (t *Table) Snapshot(a *Agent) (held, pending []LockInfo, err error) {
 }
 
 func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]LockInfo, []LockInfo, error) {
-	nRes, nSlots := uint32(t.l.MaxResources), t.l.slots
+	nRes := uint32(t.l.MaxResources)
 	next := atomic.LoadUint32(t.u32(t.bucketOff(b) + bkHead))
 	for steps := uint32(0); next != 0; steps++ {
 		e := next - 1
@@ -70,53 +77,68 @@ func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]L
 			n = 0
 		}
 		name := string(t.buf[eo+enName : eo+enName+uint64(n)])
-		if fw := atomic.LoadUint64(t.u64(eo + enFast)); fw != fastLatched {
-			// Held by the fast path (its lists are empty).
-			if ag, ok := fastHolder(uint32(fw)); ok {
-				li := LockInfo{
-					Name:  name,
-					Mode:  ModeExclusive,
-					Agent: ag,
-					Slot:  t.fastSlot(e),
-					Token: atomic.LoadUint64(t.u64(eo+enToken))&^lo32 | fw>>32,
-				}
-				t.agentOf(&li)
-				held = append(held, li)
-			}
-			next = atomic.LoadUint32(t.u32(eo + enNext))
-			continue
-		}
-		for _, list := range [2]uint64{enHHead, enQHead} {
-			s := atomic.LoadUint32(t.u32(eo + list))
-			for steps := uint32(0); s != 0; steps++ {
-				if s-1 >= nSlots || steps > nSlots {
-					if strict {
-						return held, pending, corruptf("list index", s, "entry %d", e)
-					}
-					break
-				}
-				so := t.slotOff(s - 1)
-				sw := atomic.LoadUint64(t.u64(so + slWord))
-				li := LockInfo{
-					Name:  name,
-					Mode:  atomic.LoadUint32(t.u32(so + slMode)),
-					Agent: wordAgent(sw),
-					Slot:  s - 1,
-					Steal: atomic.LoadUint32(t.u32(so+slFlags))&flagSteal != 0,
-				}
-				t.agentOf(&li)
-				if list == enHHead {
-					li.Token = atomic.LoadUint64(t.u64(so + slToken))
-					li.Since = int64(atomic.LoadUint64(t.u64(so + slGrant)))
-					held = append(held, li)
-				} else {
-					li.Since = int64(atomic.LoadUint64(t.u64(so + slEnqueue)))
-					pending = append(pending, li)
-				}
-				s = atomic.LoadUint32(t.u32(so + slNext))
-			}
+		var err error
+		if held, pending, err = t.snapEntry(e, name, held, pending, strict); err != nil {
+			return held, pending, err
 		}
 		next = atomic.LoadUint32(t.u32(eo + enNext))
+	}
+	return held, pending, nil
+}
+
+// snapEntry appends entry e's holders (a fast holder included) and its
+// queue, in order, to held and pending.
+func (t *Table) snapEntry(e uint32, name string, held, pending []LockInfo, strict bool) ([]LockInfo, []LockInfo, error) {
+	nSlots := t.l.slots
+	eo := t.entryOff(e)
+	if fw := atomic.LoadUint64(t.u64(eo + enFast)); fw != fastLatched {
+		// Held by the fast path (its lists are empty).
+		if ag, ok := fastHolder(uint32(fw)); ok {
+			li := LockInfo{
+				Name:   name,
+				Mode:   ModeExclusive,
+				Agent:  ag,
+				Slot:   t.fastSlot(e),
+				Serial: uint32(fw >> 32),
+				Token:  atomic.LoadUint64(t.u64(eo+enToken))&^lo32 | fw>>32,
+			}
+			t.agentOf(&li)
+			held = append(held, li)
+		}
+		return held, pending, nil
+	}
+	for _, list := range [2]uint64{enHHead, enQHead} {
+		s := atomic.LoadUint32(t.u32(eo + list))
+		for steps := uint32(0); s != 0; steps++ {
+			if s-1 >= nSlots || steps > nSlots {
+				if strict {
+					return held, pending, corruptf("list index", s, "entry %d", e)
+				}
+				break
+			}
+			so := t.slotOff(s - 1)
+			sw := atomic.LoadUint64(t.u64(so + slWord))
+			flags := atomic.LoadUint32(t.u32(so + slFlags))
+			li := LockInfo{
+				Name:   name,
+				Mode:   atomic.LoadUint32(t.u32(so + slMode)),
+				Agent:  wordAgent(sw),
+				Slot:   s - 1,
+				Serial: wordSerial(sw),
+				Steal:  flags&flagSteal != 0,
+			}
+			t.agentOf(&li)
+			if list == enHHead {
+				li.Token = atomic.LoadUint64(t.u64(so + slToken))
+				li.Since = int64(atomic.LoadUint64(t.u64(so + slGrant)))
+				li.Tag = flags &^ flagSteal
+				held = append(held, li)
+			} else {
+				li.Since = int64(atomic.LoadUint64(t.u64(so + slEnqueue)))
+				pending = append(pending, li)
+			}
+			s = atomic.LoadUint32(t.u32(so + slNext))
+		}
 	}
 	return held, pending, nil
 }
@@ -136,6 +158,7 @@ type Usage struct {
 	Idle           int // entries of names nobody holds or waits for, kept for reuse
 	Slots, Agents  int // request slots in use (of MaxRequests), agent records in use
 	Held, Waiting  int // held locks (by the fast path or a slot), waiting requests
+	Watching       int // watches (WATCHING slots: WaitUnlocked, Watch); each uses a request slot
 	Claimed        int // slots claimed or stolen: in no list
 	Reaps, Repairs uint64
 }
@@ -165,6 +188,8 @@ func (t *Table) Usage() Usage {
 			u.Held++
 		case SlotWaiting:
 			u.Waiting++
+		case SlotWatching:
+			u.Watching++
 		default:
 			u.Claimed++
 		}

@@ -25,6 +25,7 @@ type Table struct {
 	readOnly bool
 	closed   atomic.Bool
 	ringer   atomic.Pointer[func(agent uint32, nonce uint64)]
+	events   atomic.Pointer[func(Event)] // SetEventHook (events.go)
 }
 
 // Open maps the table at path, creating it with geometry g (and permission

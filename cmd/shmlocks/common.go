@@ -58,10 +58,15 @@ func newFlags(name, synopsis, about, examples string, stdout, stderr io.Writer) 
 }
 
 func (f *cmdFlags) help(w io.Writer) {
-	fmt.Fprintf(w, "usage: %s\n\n%s\n\nflags:\n", f.synopsis, strings.TrimSpace(f.about))
-	f.SetOutput(w)
-	f.PrintDefaults()
-	f.SetOutput(io.Discard)
+	fmt.Fprintf(w, "usage: %s\n\n%s\n", f.synopsis, strings.TrimSpace(f.about))
+	n := 0
+	f.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 { // exec lists its options in its about text
+		fmt.Fprintf(w, "\nflags:\n")
+		f.SetOutput(w)
+		f.PrintDefaults()
+		f.SetOutput(io.Discard)
+	}
 	fmt.Fprintf(w, "\nexamples:\n%s\n", strings.TrimRight(f.examples, "\n"))
 }
 

@@ -29,12 +29,27 @@ and requests of dead agents that nobody has reaped yet are shown (marked
 dead). --json prints the shape of manager.Query's snapshot:
 {"held":[{"name","mode","clientId","pid"}...],"pending":[...]}.
 
+--watch on a terminal is a top-like live view, redrawn in place every
+--interval on the alternate screen: usage against the limits, agents (dead
+ones not yet reaped), reaps per second, and one line per name, sorted by
+longest wait: its first holder (mode, fencing token, pid, how long held),
+how many more holders, its queue length (exclusive/shared) and longest
+wait. Not on a terminal (or with --json), --watch prints the dump again
+every --interval.
+
+The plain view and --check also list, for each waiting request, whom it
+waits for (the holders of its name and the requests queued ahead of it whose
+mode conflicts with its own, like PostgreSQL's pg_blocking_pids), and the
+wait-for cycles (deadlocks) through holds whose task waits: see
+docs/multi-and-deadlock.md.
+
 --check instead opens the table read-write as a temporary agent (which also
 reaps dead agents), runs the table's consistency checker with every bucket
 latched, prints what it finds and closes again.
 
 Exit status: 0 ok; 1 missing or unreadable table, or --check found
-violations; 2 usage error; 3 corrupt table (the message names the field).
+violations or a wait-for cycle; 2 usage error; 3 corrupt table (the message
+names the field).
 
 %s`
 
@@ -49,7 +64,7 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		fmt.Sprintf(dumpAbout, tableHelp()), dumpExamples, stdout, stderr)
 	tbl := f.String("table", "", "table file (default: see 'Table location')")
 	asJSON := f.Bool("json", false, "print the held and pending requests as JSON")
-	watch := f.Bool("watch", false, "redraw every --interval until interrupted (Ctrl-C)")
+	watch := f.Bool("watch", false, "on a terminal: a top-like live view, names by longest wait; otherwise: the dump again every --interval; until interrupted (Ctrl-C)")
 	interval := f.Duration("interval", time.Second, "refresh interval of --watch")
 	check := f.Bool("check", false, "open read-write, run the consistency checker, exit 1 on any violation")
 	if code, ok := f.parse(args); !ok {
@@ -98,7 +113,17 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 			return dumpJSON(t, w)
 		}
 		fmt.Fprintf(w, "table     %s\n", path)
-		return t.Render(w, time.Now())
+		if err := t.Render(w, time.Now()); err != nil {
+			return err
+		}
+		held, pending, err := t.Snapshot(nil)
+		if err == nil {
+			// Read once without latching: a cycle shown may be a phantom of
+			// a table that changed while it was read; --check reads twice.
+			g := table.NewWaitFor(held, pending)
+			renderWaits(w, g, g.Cycles()) // waits.go
+		}
+		return err
 	}
 	if !*watch {
 		var buf bytes.Buffer
@@ -114,6 +139,13 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	tty := false
 	if f, ok := stdout.(*os.File); ok {
 		tty = isTerminal(f)
+		if tty && !*asJSON {
+			// A terminal gets the full-screen live view (top.go).
+			if err := runTop(ctx, t, path, f, *interval); err != nil {
+				return openErr(err)
+			}
+			return exitOK
+		}
 	}
 	for first := true; ; first = false {
 		var buf bytes.Buffer
@@ -179,5 +211,15 @@ func dumpCheck(path string, stdout, stderr io.Writer, openErr func(error) int) i
 	u := m.Table().Usage()
 	// Our own agent is counted in Usage; report the others.
 	fmt.Fprintf(stdout, "%s: consistent (%d other agents, %d held, %d waiting)\n", path, u.Agents-1, u.Held, u.Waiting)
+	g, cycles, err := confirmedCycles(m.Table(), m.Agent())
+	if err != nil {
+		fmt.Fprintf(stderr, "shmlocks dump --check: %s: %v\n", path, err)
+		return exitFailure
+	}
+	renderWaits(stdout, g, cycles)
+	if len(cycles) > 0 {
+		fmt.Fprintf(stderr, "shmlocks dump --check: %s: %d wait-for cycles (deadlocks)\n", path, len(cycles))
+		return exitFailure
+	}
 	return exitOK
 }

@@ -12,31 +12,43 @@ import (
 const execAbout = `Acquire the lock NAME on the table, run COMMAND with its standard input,
 output and error passed through while holding it, release it when the
 command exits, and exit with the command's status (128+N if a signal N
-killed it). Like flock(1), for the shmlocks table.
+killed it). Like flock(1), for the shmlocks table, with flock's options:
 
-  --shared          request the lock in shared mode (default exclusive)
-  --if-available    fail at once if the lock cannot be granted immediately
-  --timeout DUR     give up after waiting DUR
-  --steal           take the lock from its holders (exclusive only)
+  shmlocks exec [options] NAME [--] COMMAND [ARGS...]
+  shmlocks exec [options] NAME -c STRING
 
-Not available (--if-available) or timed out (--timeout): exit status 1, or
---conflict-exit-code N (also -E N, as flock -E). SIGINT, SIGTERM, SIGHUP or
-SIGQUIT while waiting withdraw the request cleanly and exit 1. While the
-command runs those signals are forwarded to it (a Ctrl-C typed at a terminal
-reaches the command from the terminal too, so it may see SIGINT twice).
+Options:
+%s
+Options go before NAME; short ones cluster (-sn) and take arguments
+attached or apart (-w5, -w 5). The -- before COMMAND is optional (needed
+only for a command starting with '-').
+
+Not available (-n) or timed out (-w): exit status 1, or -E's code.
+SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting withdraw the request
+cleanly and exit 1. While the command runs those signals are forwarded to
+it (a Ctrl-C typed at a terminal reaches the command from the terminal too,
+so it may see SIGINT twice).
+
+COMMAND never inherits the lock (flock -o is always in effect): the lock
+belongs to this process's agent in the table, not to a file descriptor, and
+is released when COMMAND exits, even if COMMAND left background processes
+behind. -u/--unlock and -F/--no-fork are refused for the same reason.
 
 If the lock is stolen while the command runs (another process used
 --steal / RequestOptions.Steal), a warning is printed on standard error and
 the command is sent SIGTERM; the exit status is then the command's
 (normally 143).
 
-Exit status 127: the command was not found; 126: it could not be run.
+Exit status 127: the command was not found; 126: it could not be run; 2:
+usage error; 1: the table could not be opened. (flock uses sysexits codes
+for these: 64, 69, 66/73; see docs/cli.md.)
 
 %s`
 
-const execExamples = `  shmlocks exec backup -- rsync -a /data /backup
-  shmlocks exec --shared config -- cat /etc/app.conf
-  shmlocks exec --if-available --conflict-exit-code 75 cron-job -- ./job.sh
+const execExamples = `  shmlocks exec -n backup rsync -a /data /backup
+  shmlocks exec -s config cat /etc/app.conf
+  shmlocks exec -w 2.5 -E 75 cron-job ./job.sh
+  shmlocks exec -x db -c 'pg_dump app > app.sql'
   shmlocks exec --timeout 30s --table /run/user/1000/app.locks db -- ./migrate
   shmlocks exec --steal stuck-job -- ./recover.sh`
 
@@ -47,56 +59,45 @@ type execOptions struct {
 	opts         manager.RequestOptions
 	timeout      time.Duration
 	conflictCode int
+	verbose      bool
 	argv         []string
+	st           execState // the options as given (execflags.go)
 }
 
 func runExec(args []string, stdout, stderr io.Writer) int {
-	f := newFlags("exec", "shmlocks exec [--table PATH] [--shared] [--if-available | --timeout DUR] [--steal] [--conflict-exit-code N] NAME -- COMMAND [ARGS...]",
-		fmt.Sprintf(execAbout, tableHelp()), execExamples, stdout, stderr)
+	f := newFlags("exec", "shmlocks exec [--table PATH] [-s|-x] [-n | -w SECONDS] [-E N] [--steal] [--verbose] NAME [--] COMMAND [ARGS...] | NAME -c STRING",
+		fmt.Sprintf(execAbout, execOptionsHelp(), tableHelp()), execExamples, stdout, stderr)
 	var o execOptions
-	f.StringVar(&o.path, "table", "", "table file (default: see 'Table location')")
-	shared := f.Bool("shared", false, "shared mode")
-	ifAvailable := f.Bool("if-available", false, "do not wait: fail if not available at once")
-	f.DurationVar(&o.timeout, "timeout", 0, "give up after waiting this long (0: wait forever)")
-	steal := f.Bool("steal", false, "steal the lock from its holders (exclusive only)")
-	f.IntVar(&o.conflictCode, "conflict-exit-code", exitFailure, "exit status when the lock is not available or the wait timed out")
-	f.IntVar(&o.conflictCode, "E", exitFailure, "short for --conflict-exit-code")
-	if code, ok := f.parse(args); !ok {
-		return code
-	}
-	rest := f.Args()
-	switch {
-	case len(rest) == 0:
-		return f.usageError("missing NAME and COMMAND")
-	case len(rest) == 1 || rest[1] != "--":
-		if len(rest) > 1 && strings.HasPrefix(rest[1], "-") {
-			return f.usageError("flags go before NAME; separate the command with --")
+	if err := parseExecArgs(args, &o); err != nil {
+		if err == errHelp {
+			f.help(stdout)
+			return exitOK
 		}
-		return f.usageError("missing -- COMMAND after NAME")
-	case len(rest) == 2:
-		return f.usageError("missing COMMAND after --")
+		return f.usageError("%v", err)
 	}
-	o.name, o.argv = rest[0], rest[2:]
-	switch {
-	case o.name == "":
-		return f.usageError("empty lock name")
-	case strings.HasPrefix(o.name, "-"):
-		return f.usageError("lock name %q starts with '-' (reserved by Web Locks)", o.name)
-	case *ifAvailable && o.timeout != 0:
-		return f.usageError("--if-available and --timeout exclude each other")
-	case *steal && (*shared || *ifAvailable):
-		return f.usageError("--steal works only in exclusive mode without --if-available")
-	case o.timeout < 0:
-		return f.usageError("negative --timeout")
-	case o.conflictCode < 0 || o.conflictCode > 255:
-		return f.usageError("--conflict-exit-code %d out of range [0, 255]", o.conflictCode)
-	}
-	if *shared {
-		o.opts.Mode = manager.Shared
-	}
-	o.opts.IfAvailable, o.opts.Steal = *ifAvailable, *steal
 	if o.path == "" {
 		o.path = defaultTablePath()
 	}
 	return execLocked(&o, stdout, stderr)
+}
+
+// execOptionsHelp lists exec's options for --help.
+func execOptionsHelp() string {
+	var b strings.Builder
+	for _, o := range execOpts {
+		var names []string
+		for _, c := range o.short {
+			names = append(names, "-"+string(c))
+		}
+		for _, l := range o.long {
+			names = append(names, "--"+l)
+		}
+		spec := strings.Join(names, ", ")
+		if o.arg != "" {
+			spec += " " + o.arg
+		}
+		fmt.Fprintf(&b, "  %-34s %s\n", spec, o.help)
+	}
+	fmt.Fprintf(&b, "  %-34s %s\n", "-h, --help", "this help")
+	return b.String()
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/shmlocks/shmlocks/manager"
 )
@@ -55,7 +56,9 @@ func execLocked(o *execOptions, stdout, stderr io.Writer) int {
 		case <-waiting:
 		}
 	}()
+	start := time.Now()
 	l, err := m.Acquire(ctx, o.name, o.opts)
+	took := time.Since(start)
 	close(waiting)
 	<-watcherDone
 	if interrupted != nil {
@@ -76,6 +79,10 @@ func execLocked(o *execOptions, stdout, stderr io.Writer) int {
 		return fail(exitFailure, "%v", err)
 	}
 	defer l.Release()
+	if o.verbose {
+		fmt.Fprintf(stderr, "shmlocks exec: getting lock %q took %.6f seconds\n", o.name, took.Seconds())
+		fmt.Fprintf(stderr, "shmlocks exec: executing %s\n", o.argv[0])
+	}
 
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr

@@ -28,6 +28,7 @@ func commands() []command {
 	return []command{
 		{"dump", "show a table: agents, held locks and queues (read-only); --json, --watch, --check", runDump},
 		{"exec", "run a command while holding a lock (like flock(1))", runExec},
+		{"serve", "serve the table's state to a Prometheus scraper (--metrics ADDR)", runServe},
 		{"stress", "hammer a table from many processes and check the lock independently", runStress},
 		{"demo", "several processes contend for locks and print what they got", runDemo},
 		{"path", "print the default table location", runPath},

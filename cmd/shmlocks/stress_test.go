@@ -49,6 +49,19 @@ func TestStressJSON(t *testing.T) {
 	fair := rep["fairness"].(map[string]any)
 	require.Len(t, fair["perProcess"], 3)
 	require.Greater(t, fair["min"].(float64), 0.0)
+	// Per goroutine: --goroutines 2 (the default) in each of the 3 processes.
+	gf := fair["goroutine"].(map[string]any)
+	grants := gf["grants"].([]any)
+	require.Len(t, grants, 3)
+	var sum float64
+	for _, gs := range grants {
+		require.Len(t, gs, 2)
+		for _, v := range gs.([]any) {
+			sum += v.(float64)
+		}
+	}
+	require.Equal(t, rep["outcomes"].(map[string]any)["granted"], sum, "every grant counted once, per goroutine")
+	require.GreaterOrEqual(t, gf["max"].(float64), gf["min"].(float64))
 	require.False(t, rep["tableKept"].(bool))
 	_, err := os.Stat(rep["table"].(string))
 	require.ErrorIs(t, err, os.ErrNotExist)
@@ -61,6 +74,7 @@ func TestStressText(t *testing.T) {
 	require.Contains(t, r.stdout, "requests/s")
 	require.Contains(t, r.stdout, "acquire wait, exclusive")
 	require.Contains(t, r.stdout, "handoff, all")
+	require.Regexp(t, `fairness per goroutine \(grants\) max/min\s+\d+/\d+ = \d+\.\d\d\n`, r.stdout)
 	require.NotContains(t, r.stderr, "\r", "no progress line when stderr is not a terminal")
 }
 

@@ -6,3 +6,6 @@ import "os"
 
 // isTerminal: without a termios query here, never draw progress lines.
 func isTerminal(*os.File) bool { return false }
+
+// termSize: unknown here.
+func termSize(*os.File) (cols, rows int, ok bool) { return 0, 0, false }

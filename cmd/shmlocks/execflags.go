@@ -1,0 +1,255 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shmlocks/shmlocks/manager"
+)
+
+// exec's command line is parsed the way flock(1) parses its own (getopt_long
+// with parsing stopped at the first operand): options come before NAME;
+// short options may be clustered (-sn) and take their argument attached or
+// next (-w5, -w 5); long options take theirs after = or next; a long option
+// may also be written with one dash (-shared, as Go's flag package allows,
+// which the first exec accepted). After NAME: an optional --, then COMMAND
+// [ARGS...], or -c/--command STRING.
+
+// execOpt is one option of exec.
+type execOpt struct {
+	short string // letters, "" if none
+	long  []string
+	arg   string // the argument's name, "" for none
+	help  string
+	set   func(o *execOptions, v string) error
+}
+
+// execState is what the options set before they are checked together.
+type execState struct {
+	mode        manager.Mode
+	nonblock    bool
+	timeoutSet  bool
+	ifAvailable bool // --if-available (ours), kept apart for the error message
+	steal       bool
+	command     string
+	commandSet  bool
+	verbose     bool
+}
+
+var execOpts = []execOpt{
+	{"s", []string{"shared"}, "", "shared lock (flock -s)", func(o *execOptions, _ string) error { o.st.mode = manager.Shared; return nil }},
+	{"xe", []string{"exclusive"}, "", "exclusive lock, the default (flock -x, -e)", func(o *execOptions, _ string) error { o.st.mode = manager.Exclusive; return nil }},
+	{"n", []string{"nb", "nonblock"}, "", "fail rather than wait if the lock is not available at once (flock -n); exit 1 or -E's code", func(o *execOptions, _ string) error { o.st.nonblock = true; return nil }},
+	{"", []string{"if-available"}, "", "the same as -n (the Web Locks name)", func(o *execOptions, _ string) error { o.st.ifAvailable = true; return nil }},
+	{"w", []string{"wait", "timeout"}, "SECONDS", "give up after waiting this long (flock -w): seconds, fractions allowed, or a Go duration (1m30s); 0 is -n; exit 1 or -E's code", setTimeout},
+	{"E", []string{"conflict-exit-code"}, "N", "exit status when not available or timed out, 0-255 (default 1)", setConflict},
+	{"c", []string{"command"}, "STRING", "run STRING with $SHELL -c (else /bin/sh -c), as flock -c; also allowed after NAME", func(o *execOptions, v string) error { o.st.command, o.st.commandSet = v, true; return nil }},
+	{"o", []string{"close"}, "", "accepted for flock compatibility; always in effect: COMMAND never inherits the lock (see below)", func(*execOptions, string) error { return nil }},
+	{"", []string{"steal"}, "", "take the lock from its holders (exclusive only)", func(o *execOptions, _ string) error { o.st.steal = true; return nil }},
+	{"", []string{"verbose"}, "", "report how long getting the lock took, or why it failed, and the command run (flock --verbose)", func(o *execOptions, _ string) error { o.st.verbose = true; return nil }},
+	{"", []string{"table"}, "PATH", "table file (default: see 'Table location')", func(o *execOptions, v string) error { o.path = v; return nil }},
+	{"u", []string{"unlock"}, "", "not supported (flock -u drops a lock held by a file descriptor; a shmlocks lock has none)", func(*execOptions, string) error {
+		return fmt.Errorf("-u/--unlock is not supported: a shmlocks lock is not held by a file descriptor the shell could pass; the lock is released when COMMAND exits")
+	}},
+	{"F", []string{"no-fork"}, "", "not supported (flock -F execs COMMAND in place; this process's agent must stay to release the lock)", func(*execOptions, string) error {
+		return fmt.Errorf("-F/--no-fork is not supported: the lock belongs to this process's agent, which stays to release it when COMMAND exits")
+	}},
+}
+
+func setTimeout(o *execOptions, v string) error {
+	d, err := parseSeconds(v)
+	if err != nil {
+		return err
+	}
+	o.timeout, o.st.timeoutSet = d, true
+	return nil
+}
+
+func setConflict(o *execOptions, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 255 {
+		return fmt.Errorf("--conflict-exit-code %s out of range [0, 255]", v)
+	}
+	o.conflictCode = n
+	return nil
+}
+
+// parseSeconds parses flock's -w argument, seconds with an optional
+// fraction, or a Go duration (the first exec's --timeout).
+func parseSeconds(v string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if f < 0 || math.IsNaN(f) || f > float64(math.MaxInt64)/1e9 {
+			return 0, fmt.Errorf("timeout %q: out of range", v)
+		}
+		return time.Duration(f * 1e9), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("timeout %q: not a number of seconds nor a duration", v)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("timeout %q: negative", v)
+	}
+	return d, nil
+}
+
+func findLong(name string) *execOpt {
+	for i := range execOpts {
+		for _, l := range execOpts[i].long {
+			if l == name {
+				return &execOpts[i]
+			}
+		}
+	}
+	return nil
+}
+
+func findShort(c byte) *execOpt {
+	for i := range execOpts {
+		if strings.IndexByte(execOpts[i].short, c) >= 0 {
+			return &execOpts[i]
+		}
+	}
+	return nil
+}
+
+// errHelp is returned by parseExecArgs for -h/--help.
+var errHelp = fmt.Errorf("help requested")
+
+// parseExecArgs parses exec's command line into o (conflictCode 1 unless
+// set). Errors are usage errors, or errHelp.
+func parseExecArgs(args []string, o *execOptions) error {
+	o.conflictCode = exitFailure
+	i := 0
+	for ; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			i++
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			break // NAME
+		}
+		if a == "-h" || a == "--help" || a == "-help" {
+			return errHelp
+		}
+		// A long option: --name[=v], or -name[=v] if name is a long option.
+		body, dashes := strings.TrimPrefix(a[1:], "-"), 1
+		if strings.HasPrefix(a, "--") {
+			dashes = 2
+		}
+		name, val, hasVal := strings.Cut(body, "=")
+		if opt := findLong(name); opt != nil && (dashes == 2 || len(name) > 1) {
+			if opt.arg == "" {
+				if hasVal {
+					return fmt.Errorf("option --%s takes no argument", name)
+				}
+				if err := opt.set(o, ""); err != nil {
+					return err
+				}
+				continue
+			}
+			if !hasVal {
+				if i+1 >= len(args) {
+					return fmt.Errorf("option --%s needs %s", name, opt.arg)
+				}
+				i++
+				val = args[i]
+			}
+			if err := opt.set(o, val); err != nil {
+				return err
+			}
+			continue
+		}
+		if dashes == 2 {
+			return fmt.Errorf("unknown option %s", a)
+		}
+		// A cluster of short options.
+		for j := 1; j < len(a); j++ {
+			opt := findShort(a[j])
+			if opt == nil {
+				return fmt.Errorf("unknown option -%c in %s", a[j], a)
+			}
+			if opt.arg == "" {
+				if err := opt.set(o, ""); err != nil {
+					return err
+				}
+				continue
+			}
+			v := a[j+1:]
+			if v == "" {
+				if i+1 >= len(args) {
+					return fmt.Errorf("option -%c needs %s", a[j], opt.arg)
+				}
+				i++
+				v = args[i]
+			}
+			if err := opt.set(o, v); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	rest := args[i:]
+	if len(rest) == 0 {
+		return fmt.Errorf("missing NAME and COMMAND")
+	}
+	o.name, rest = rest[0], rest[1:]
+	switch {
+	case o.name == "":
+		return fmt.Errorf("empty lock name")
+	case strings.HasPrefix(o.name, "-"):
+		return fmt.Errorf("lock name %q starts with '-' (reserved by Web Locks)", o.name)
+	}
+	// After NAME: [--] COMMAND [ARGS...], or -c/--command STRING.
+	if len(rest) > 0 && (rest[0] == "-c" || rest[0] == "--command") {
+		if len(rest) != 2 {
+			return fmt.Errorf("%s takes exactly one STRING, the last argument", rest[0])
+		}
+		if o.st.commandSet {
+			return fmt.Errorf("-c given twice")
+		}
+		o.st.command, o.st.commandSet = rest[1], true
+		rest = nil
+	}
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
+		if len(rest) == 0 {
+			return fmt.Errorf("missing COMMAND after --")
+		}
+	} else if len(rest) > 0 && strings.HasPrefix(rest[0], "-") {
+		return fmt.Errorf("options go before NAME (got %q after it); a command starting with '-' goes after --", rest[0])
+	}
+	switch {
+	case o.st.commandSet && len(rest) > 0:
+		return fmt.Errorf("-c STRING and a COMMAND exclude each other")
+	case o.st.commandSet:
+		sh := os.Getenv("SHELL")
+		if sh == "" {
+			sh = "/bin/sh"
+		}
+		o.argv = []string{sh, "-c", o.st.command}
+	case len(rest) == 0:
+		return fmt.Errorf("missing COMMAND after NAME (or -c STRING)")
+	default:
+		o.argv = rest
+	}
+	st := &o.st
+	nonblock := st.nonblock || st.ifAvailable || (st.timeoutSet && o.timeout == 0)
+	switch {
+	case (st.nonblock || st.ifAvailable) && st.timeoutSet:
+		return fmt.Errorf("-n/--if-available and -w/--timeout exclude each other")
+	case st.steal && (st.mode == manager.Shared || nonblock):
+		return fmt.Errorf("--steal works only in exclusive mode without -n/--if-available")
+	}
+	o.opts = manager.RequestOptions{Mode: st.mode, IfAvailable: nonblock, Steal: st.steal}
+	if nonblock {
+		o.timeout = 0
+	}
+	o.verbose = st.verbose
+	return nil
+}

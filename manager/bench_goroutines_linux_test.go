@@ -1,0 +1,203 @@
+//go:build linux
+
+package manager
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// kindChan is the in-process FIFO baseline of BenchmarkGoroutines: a channel
+// of capacity 1 as a mutex (lock: send; unlock: receive). Blocked senders
+// are served in order, so it is a strict FIFO lock within one process.
+const kindChan = "chan"
+
+// goroutineRows are the processes x goroutines of BenchmarkGoroutines (issue
+// 18): more goroutines per process than GOMAXPROCS is where grants land on
+// parked goroutines.
+var goroutineRows = []struct{ procs, goroutines int }{
+	{1, 64}, {2, 4}, {4, 4}, {4, 16}, {8, 2},
+}
+
+// BenchmarkGoroutines: P child processes with G goroutines each loop
+// greedily on one exclusive name (lock, empty critical section, unlock,
+// again), shmlocks then flock(LOCK_EX) in the same iteration (flock with one
+// descriptor per goroutine, since flock locks belong to the open file
+// description), sampled over the window like BenchmarkContention. For 1 x 64
+// also the in-process FIFO baseline: a channel of capacity 1 as the lock, 64
+// goroutines of one process.
+//
+// Reported: total ops/s of each, the ratios shm/flock (and shm/chan), the
+// ratio of the most to the least operations done by one goroutine (g-maxmin)
+// and by one process (maxmin).
+func BenchmarkGoroutines(b *testing.B) {
+	for _, row := range goroutineRows {
+		b.Run(fmt.Sprintf("procs=%d/goroutines=%d", row.procs, row.goroutines), func(b *testing.B) {
+			var shm, fl, ch loopResult
+			for i := 0; i < b.N; i++ {
+				shm = runLoop(b, loopCfg{kind: kindShm, procs: row.procs, goroutines: row.goroutines})
+				fl = runLoop(b, loopCfg{kind: kindFlock, procs: row.procs, goroutines: row.goroutines})
+				if row.procs == 1 {
+					ch = runLoop(b, loopCfg{kind: kindChan, procs: 1, goroutines: row.goroutines})
+				}
+			}
+			b.ReportMetric(shm.opsPerSec(), "shm-ops/s")
+			b.ReportMetric(fl.opsPerSec(), "flock-ops/s")
+			b.ReportMetric(shm.opsPerSec()/fl.opsPerSec(), "shm/flock")
+			b.ReportMetric(shm.gMaxMin(), "shm-g-maxmin")
+			b.ReportMetric(fl.gMaxMin(), "flock-g-maxmin")
+			if row.procs > 1 {
+				b.ReportMetric(shm.maxMin(), "shm-maxmin")
+				b.ReportMetric(fl.maxMin(), "flock-maxmin")
+			} else {
+				b.ReportMetric(ch.opsPerSec(), "chan-ops/s")
+				b.ReportMetric(shm.opsPerSec()/ch.opsPerSec(), "shm/chan")
+				b.ReportMetric(ch.gMaxMin(), "chan-g-maxmin")
+			}
+		})
+	}
+}
+
+// gMaxMin is the ratio of the most to the least operations done by one
+// goroutine (0 ops: the ops of the max, as maxMin).
+func (r loopResult) gMaxMin() float64 {
+	if len(r.gops) == 0 {
+		return r.maxMin()
+	}
+	lo, hi := r.gops[0], r.gops[0]
+	for _, v := range r.gops {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	if lo == 0 {
+		return float64(hi)
+	}
+	return float64(hi) / float64(lo)
+}
+
+// benchLoopGoroutines is the child's loop with a.Goroutines goroutines
+// (kinds shm, flock, chan; exclusive, greedy, no ping-pong): each counts its
+// operations at ctlGOps + 64*(Index*Goroutines+g) and checks mutual
+// exclusion under its own id, so the owner changes are between goroutines.
+func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, error) {
+	ng := max(a.Goroutines, 1)
+	if (a.Index+1)*ng > ctlMaxG {
+		return 0, fmt.Errorf("%d goroutines in child %d: the control file has %d counters", ng, a.Index, ctlMaxG)
+	}
+	stop := ctlWord32(ctl, ctlStop)
+	owner, inCS := ctlWord32(ctl, ctlOwner), ctlWord32(ctl, ctlInCS)
+	changes, repeats, viol := ctlWord64(ctl, ctlChanges), ctlWord64(ctl, ctlRepeats), ctlWord64(ctl, ctlViol)
+	critical := func(me uint32) {
+		if !atomic.CompareAndSwapUint32(inCS, 0, me) {
+			atomic.AddUint64(viol, 1)
+		}
+		if atomic.LoadUint32(owner) == me {
+			atomic.AddUint64(repeats, 1)
+		} else {
+			atomic.StoreUint32(owner, me)
+			atomic.AddUint64(changes, 1)
+		}
+		spinWork(a.CSIters)
+		atomic.CompareAndSwapUint32(inCS, me, 0)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.Limit)
+	defer cancel()
+	mutex := make(chan struct{}, 1) // kindChan
+	var total atomic.Uint64
+	errs := make(chan error, ng)
+	var wg sync.WaitGroup
+	for g := range ng {
+		id := a.Index*ng + g
+		ops, me := ctlWord64(ctl, ctlGOps+64*id), uint32(id+1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var n uint64
+			defer func() { total.Add(n) }()
+			switch a.Kind {
+			case kindShm:
+				fn := func(context.Context, *Lock) error { critical(me); return nil }
+				for atomic.LoadUint32(stop) == 0 {
+					if err := m.Request(ctx, a.Name, RequestOptions{}, fn); err != nil {
+						errs <- err
+						return
+					}
+					n++
+					atomic.AddUint64(ops, 1)
+				}
+			case kindFlock:
+				f, err := os.OpenFile(a.Flock, os.O_CREATE|os.O_RDWR, 0o600)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer f.Close()
+				fd := int(f.Fd())
+				for atomic.LoadUint32(stop) == 0 {
+					if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
+						errs <- err
+						return
+					}
+					critical(me)
+					if err := syscall.Flock(fd, syscall.LOCK_UN); err != nil {
+						errs <- err
+						return
+					}
+					n++
+					atomic.AddUint64(ops, 1)
+				}
+			case kindChan:
+				for atomic.LoadUint32(stop) == 0 {
+					mutex <- struct{}{}
+					critical(me)
+					<-mutex
+					n++
+					atomic.AddUint64(ops, 1)
+				}
+			default:
+				errs <- fmt.Errorf("unknown kind %q", a.Kind)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return total.Load(), <-errs
+}
+
+// TestBenchGoroutinesLoop runs BenchmarkGoroutines' loop briefly for each
+// kind: every goroutine's count is reported, the per-process sums add up to
+// the total, and no critical section overlapped another.
+func TestBenchGoroutinesLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seven child processes")
+	}
+	for _, c := range []struct {
+		kind              string
+		procs, goroutines int
+	}{{kindShm, 2, 3}, {kindFlock, 2, 3}, {kindChan, 1, 4}} {
+		t.Run(c.kind, func(t *testing.T) {
+			r := runLoop(t, loopCfg{kind: c.kind, procs: c.procs, goroutines: c.goroutines,
+				warmup: 50 * time.Millisecond, window: 200 * time.Millisecond})
+			require.Len(t, r.gops, c.procs*c.goroutines)
+			require.Len(t, r.ops, c.procs)
+			var sum uint64
+			for i, v := range r.gops {
+				sum += v
+				if c.kind != kindFlock { // flock may starve a goroutine for a window; FIFO locks serve each in turn
+					require.Positive(t, v, "goroutine %d of %v", i, r.gops)
+				}
+			}
+			require.Equal(t, r.total, sum)
+			require.Positive(t, r.total)
+			require.GreaterOrEqual(t, r.gMaxMin(), 1.0)
+			require.Zero(t, r.viol)
+		})
+	}
+}

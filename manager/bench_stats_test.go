@@ -1,0 +1,27 @@
+package manager
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
+
+// BenchmarkUncontendedStats is BenchmarkUncontended/AcquireRelease with
+// OpenOptions.Stats: what counting costs a request (atomic adds and two
+// clock reads). Without Stats the path is BenchmarkUncontended's.
+func BenchmarkUncontendedStats(b *testing.B) {
+	m, err := Open(filepath.Join(b.TempDir(), "bench.tbl"), &OpenOptions{Stats: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := m.Acquire(ctx, "bench", RequestOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
+	}
+}

@@ -1,0 +1,345 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// Deadlock detection (docs/multi-and-deadlock.md).
+//
+// Nothing of this runs on the uncontended path, nor while a waiter spins.
+// When a request parks:
+//
+//  1. It tags the holds its task carries into the wait (carriedRefs: the
+//     earlier names of an AcquireAll, the lock of Request's or RequestAll's
+//     callback ctx) with its own slot and serial (table.TagHolds), so that
+//     every process can follow the graph from those holds to this request;
+//     also in a Manager that does not check. Holds of other goroutines of
+//     the process are not linked: a goroutine that waits does not keep its
+//     siblings from releasing what they hold.
+//  2. If its Manager checks, it registers with the Manager's rounds: one
+//     timer per Manager runs a round every DeadlockDelay/2 while any of its
+//     requests is parked, and a round checks those parked for DeadlockDelay
+//     at least (so a process with thousands of waiters reads the table twice
+//     per DeadlockDelay, not thousands of times).
+//
+// A round:
+//
+//  3. The round reaps dead agents (a dead holder is not a cycle, it is
+//     released).
+//  4. It reads the table (Snapshot: each bucket under its latch), builds the
+//     graph, and for each of its requests that is on a cycle (InCycle) looks
+//     for a cycle through it in which every other waiting request started
+//     waiting before it: that request is then the cycle's victim (the rule:
+//     the request of the cycle that started waiting last, ties by the higher
+//     slot). Every process computes the same victim from the same table
+//     words, so two processes checking at the same moment never both give
+//     up for one cycle.
+//  5. It reads the table again: a cycle is real only if every request in it
+//     is the same request (slot and serial) in the same state, and every
+//     edge is still there (table.SameRequests): each waited, or was held,
+//     throughout the interval, so the snapshot's bucket-by-bucket latching
+//     cannot have composed a phantom. It hands each confirmed victim its
+//     verdict (the cycle, described) and wakes it.
+//  6. A victim withdraws itself (as an aborted request) and fails with
+//     ErrDeadlock naming the cycle; if it was granted meanwhile, it keeps
+//     the grant.
+//
+// The other members keep waiting; the victim's withdrawal (and its caller
+// releasing what it held) lets them proceed.
+
+// DefaultDeadlockDelay is the DeadlockDelay of a zero OpenOptions field.
+const DefaultDeadlockDelay = time.Second
+
+// deadlockState is a Manager's bookkeeping of its checks: its parked
+// requests, and one timer that runs a round every DeadlockDelay/2 while
+// there are any.
+type deadlockState struct {
+	mu      sync.Mutex
+	watches map[*deadlockWatch]struct{} // parked requests (mu)
+	timer   *time.Timer                 // AfterFunc(round); nil while no round is scheduled (mu)
+}
+
+// victimHook, when set (tests only, before any Manager is opened), runs
+// when a victim is about to withdraw its request: a pause there widens the
+// moment in which the other members check too.
+var victimHook func()
+
+// deadlockWatch is the deadlock state of one parked request.
+type deadlockWatch struct {
+	ref     table.Ref
+	parked  int64         // Manager.mono() when it parked
+	c       chan struct{} // buffered(1): a verdict came
+	tagged  []table.Ref   // holds tagged with this request's task tag
+	verdict atomic.Pointer[string]
+}
+
+func (d *deadlockWatch) poke() {
+	select {
+	case d.c <- struct{}{}:
+	default:
+	}
+}
+
+// newDeadlockWatch is called when waiting request ref parks: it tags the
+// holds its task carries into the wait and, if this Manager checks,
+// registers the request for its rounds. It returns nil when there is
+// nothing to tag and this Manager does not check.
+func (m *Manager) newDeadlockWatch(ctx context.Context, ref table.Ref) *deadlockWatch {
+	holds := carriedRefs(ctx)
+	if len(holds) == 0 && m.deadlock <= 0 {
+		return nil
+	}
+	d := &deadlockWatch{ref: ref}
+	if len(holds) > 0 && m.enter() {
+		// A table error here (a latch held too long) leaves some holds
+		// untagged: cycles through them go unseen; the wait reports it.
+		var w table.Wakes
+		m.t.TagHolds(m.a, holds, table.TaskTag(ref), &w)
+		m.t.Deliver(&w, m.ringFn)
+		m.leave()
+		d.tagged = holds
+	}
+	if m.deadlock > 0 {
+		d.c = make(chan struct{}, 1)
+		d.parked = m.mono()
+		m.dl.mu.Lock()
+		if m.dl.watches == nil {
+			m.dl.watches = map[*deadlockWatch]struct{}{}
+		}
+		m.dl.watches[d] = struct{}{}
+		if m.dl.timer == nil {
+			m.dl.timer = time.AfterFunc(m.deadlock/2, m.deadlockRound)
+		}
+		m.dl.mu.Unlock()
+	}
+	return d
+}
+
+// fired is the channel on which a verdict is announced (nil, which never
+// fires, if none can come).
+func (d *deadlockWatch) fired() <-chan struct{} {
+	if d == nil {
+		return nil
+	}
+	return d.c
+}
+
+// stop unregisters the request and clears the tags of its holds (its wait
+// is over).
+func (d *deadlockWatch) stop(m *Manager) {
+	if d == nil {
+		return
+	}
+	if d.c != nil {
+		m.dl.mu.Lock()
+		delete(m.dl.watches, d)
+		m.dl.mu.Unlock()
+	}
+	if len(d.tagged) == 0 || !m.enter() {
+		return
+	}
+	defer m.leave()
+	table.Guard(func() error {
+		var w table.Wakes
+		_, err := m.t.TagHolds(m.a, d.tagged, 0, &w)
+		m.t.Deliver(&w, m.ringFn)
+		return err
+	})
+}
+
+// checkDeadlock is called when waiting request ref of name was handed a
+// verdict by a round: it withdraws the request. over reports that the wait
+// is over: withdrawn (err matches ErrDeadlock), or granted meanwhile.
+func (m *Manager) checkDeadlock(ctx context.Context, name string, ref table.Ref, d *deadlockWatch) (token uint64, err error, over bool) {
+	v := d.verdict.Load()
+	if v == nil {
+		return 0, nil, false
+	}
+	if h := victimHook; h != nil {
+		h()
+	}
+	if !m.enter() {
+		return 0, nil, false // the parking loop reports ErrClosed
+	}
+	var w table.Wakes
+	out, token, err := m.t.Abort(m.a, ref, &w)
+	if !w.Empty() {
+		m.t.Deliver(&w, m.ringFn)
+	}
+	m.leave()
+	if err == nil && out == table.Granted {
+		// The cycle was broken (a member gave up, was stolen from or
+		// died) and we were granted: keep it.
+		token, err = m.granted(ctx, name, ref, token)
+		return token, err, true
+	}
+	if err != nil {
+		return 0, nil, false // stolen or removed meanwhile: the parking loop reports it
+	}
+	return 0, fmt.Errorf("lock %q: %w: %s", name, ErrDeadlock, *v), true
+}
+
+// deadlockRound runs in the Manager's round timer: it checks every request
+// of this Manager that has been parked for DeadlockDelay (steps 3-5 above),
+// hands the confirmed victims their verdicts and wakes them, and schedules
+// the next round while any request is parked.
+func (m *Manager) deadlockRound() {
+	due := m.mono() - int64(m.deadlock)
+	var ds []*deadlockWatch
+	m.dl.mu.Lock()
+	for d := range m.dl.watches {
+		if d.parked <= due && d.verdict.Load() == nil {
+			ds = append(ds, d)
+		}
+	}
+	m.dl.mu.Unlock()
+	if len(ds) > 0 {
+		// A table error (a latch held too long, corruption) skips this
+		// round; the waiters meet the error themselves.
+		table.Guard(func() error { return m.checkRound(ds) })
+	}
+	m.dl.mu.Lock()
+	if len(m.dl.watches) > 0 && !m.closed.Load() {
+		m.dl.timer.Reset(m.deadlock / 2)
+	} else {
+		m.dl.timer = nil
+	}
+	m.dl.mu.Unlock()
+}
+
+// checkRound checks requests ds of this Manager.
+func (m *Manager) checkRound(ds []*deadlockWatch) error {
+	if err := m.reap(); err != nil {
+		return err
+	}
+	if !m.enter() {
+		return nil
+	}
+	defer m.leave()
+	g, err := m.waitFor()
+	if err != nil {
+		return err
+	}
+	inCycle := g.InCycle()
+	if !slices.Contains(inCycle, true) {
+		return nil // the usual case: no cycle at all
+	}
+	type candidate struct {
+		d     *deadlockWatch
+		cycle []int
+	}
+	var cands []candidate
+	for _, d := range ds {
+		if i := g.Find(d.ref.Slot, d.ref.Serial); i >= 0 && inCycle[i] {
+			if c := g.CycleThrough(i, true); c != nil {
+				cands = append(cands, candidate{d, c})
+			}
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	g2, err := m.waitFor()
+	if err != nil {
+		return err
+	}
+	for _, c := range cands {
+		if table.SameRequests(g, g2, c.cycle) {
+			msg := g.Describe(c.cycle)
+			c.d.verdict.Store(&msg)
+			c.d.poke()
+		}
+	}
+	return nil
+}
+
+// waitFor reads the table (each bucket under its latch) into its wait-for graph.
+func (m *Manager) waitFor() (*table.WaitFor, error) {
+	held, pending, err := m.t.Snapshot(m.a)
+	if err != nil {
+		return nil, err
+	}
+	return table.NewWaitFor(held, pending), nil
+}
+
+// WaitGraph is who waits for whom in the table at one moment: for every
+// pending request, the requests it waits for (like PostgreSQL's
+// pg_blocking_pids), and the wait-for cycles (deadlocks), each listed from
+// its victim.
+type WaitGraph struct {
+	Waits  []WaitInfo   `json:"waits"`
+	Cycles [][]WaitNode `json:"cycles"`
+}
+
+// WaitInfo is one pending request and what it waits for: the holders of
+// its name whose mode conflicts with its own, and the requests queued ahead
+// of it whose mode conflicts with its own.
+type WaitInfo struct {
+	Request  LockInfo   `json:"request"`
+	WaitsFor []WaitNode `json:"waitsFor"`
+}
+
+// WaitNode is a request in the wait-for graph: held, or waiting.
+type WaitNode struct {
+	LockInfo
+	Held bool `json:"held"`
+}
+
+// WaitGraph reads the wait-for graph of the table (after reaping dead agents).
+func (m *Manager) WaitGraph(ctx context.Context) (WaitGraph, error) {
+	wg := WaitGraph{Waits: []WaitInfo{}, Cycles: [][]WaitNode{}}
+	if err := m.tableOnly("WaitGraph"); err != nil {
+		return wg, err
+	}
+	if m.closed.Load() {
+		return wg, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return wg, fmt.Errorf("%w: wait graph: %w", ErrAborted, err)
+	}
+	if err := m.reap(); err != nil {
+		return wg, fmt.Errorf("wait graph: %w", err)
+	}
+	if !m.enter() {
+		return wg, ErrClosed
+	}
+	var g *table.WaitFor
+	err := table.Guard(func() (err error) { g, err = m.waitFor(); return err })
+	m.leave()
+	if err != nil {
+		return wg, fmt.Errorf("wait graph: %w", err)
+	}
+	return WaitGraphOf(g), nil
+}
+
+// WaitGraphOf converts a table-level graph (shmlocks dump builds one from a
+// read-only mapping).
+func WaitGraphOf(g *table.WaitFor) WaitGraph {
+	wg := WaitGraph{Waits: []WaitInfo{}, Cycles: [][]WaitNode{}}
+	node := func(i int) WaitNode {
+		li := g.Nodes[i]
+		return WaitNode{LockInfo{Name: li.Name, Mode: Mode(li.Mode), ClientID: ClientIDOf(li.Nonce), PID: li.PID}, g.Held(i)}
+	}
+	for i := g.NHeld; i < len(g.Nodes); i++ {
+		wi := WaitInfo{Request: node(i).LockInfo, WaitsFor: []WaitNode{}}
+		for _, j := range g.Out[i] {
+			wi.WaitsFor = append(wi.WaitsFor, node(j))
+		}
+		wg.Waits = append(wg.Waits, wi)
+	}
+	for _, c := range g.Cycles() {
+		nodes := make([]WaitNode, len(c))
+		for k, i := range c {
+			nodes[k] = node(i)
+		}
+		wg.Cycles = append(wg.Cycles, nodes)
+	}
+	return wg
+}

@@ -1,0 +1,367 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// The deadlock tests use a short delay to stay fast.
+const testDeadlockDelay = 50 * time.Millisecond
+
+func dlOpts(delay time.Duration) *OpenOptions {
+	o := *smallTable
+	o.DeadlockDelay = delay
+	return &o
+}
+
+// outcomes returns the lines of c (after its "done NAME" line, which ends
+// its nest) that start with prefix.
+func (c *child) linesWith(prefix string) []string {
+	var out []string
+	for _, l := range c.buf {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// P observes; A and B each hold one name and then, in the same task (the
+// callback ctx of Request), ask for the other's:
+//
+//	A: Request x (holds)     B: Request y (holds)
+//	A: Acquire y (waits)     B: Acquire x (waits)   -> a cycle
+//	after DeadlockDelay: exactly one of them (the one that started waiting
+//	last) fails with ErrDeadlock naming the cycle, returns from its callback
+//	(releasing its name), and the other is granted.
+//
+// Both check at about the same moment (same delay, waits started together):
+// repeated, so that a double victim would show.
+func TestDeadlockTwoProcesses(t *testing.T) {
+	for _, form := range []string{"", " handle"} {
+		t.Run("form="+strings.TrimSpace(form), func(t *testing.T) { deadlockTwoProcesses(t, form) })
+	}
+}
+
+// deadlockTwoProcesses is TestDeadlockTwoProcesses with the nest command's
+// form: "" (Request's callback ctx carries the first hold) or " handle"
+// (Acquire handles, the second request made through WithLock).
+func deadlockTwoProcesses(t *testing.T, form string) {
+	path := tablePath(t)
+	m := openM(t, path, dlOpts(testDeadlockDelay))
+	for round := 0; round < 4; round++ {
+		a, b := spawn(t, path, dlOpts(testDeadlockDelay)), spawn(t, path, dlOpts(testDeadlockDelay))
+		a.send("nest x y" + form)
+		a.expect("acquired x")
+		b.send("nest y x" + form)
+		b.expect("acquired y")
+		start := time.Now()
+		a.send("gonest x")
+		b.send("gonest y")
+		a.expect("done x")
+		b.expect("done y")
+		elapsed := time.Since(start)
+		dead := append(a.linesWith("deadlock"), b.linesWith("deadlock")...)
+		got := append(a.linesWith("acquired y"), b.linesWith("acquired x")...)
+		require.Len(t, dead, 1, "round %d: exactly one victim: %q", round, dead)
+		require.Len(t, got, 1, "round %d: the other proceeds", round)
+		msg := dead[0]
+		for _, want := range []string{`"x"`, `"y"`, fmt.Sprint("pid ", a.pid), fmt.Sprint("pid ", b.pid), a.client, b.client} {
+			require.Contains(t, msg, want, "the error names the cycle")
+		}
+		t.Logf("round %d: victim found and the other granted %v after the cycle closed (delay %v)", round, elapsed, testDeadlockDelay)
+		a.kill()
+		b.kill()
+		check(t, m)
+	}
+}
+
+// Two members of a cycle that check at the same moment: with a delay of a
+// few milliseconds both check again and again while the cycle stands, and a
+// victim that has confirmed the cycle pauses 30 ms before it withdraws, so
+// the other member's checks see the same confirmed cycle meanwhile; the
+// victim rule must still pick exactly one (without it, both give up).
+func TestDeadlockSimultaneousChecks(t *testing.T) {
+	path := tablePath(t)
+	const delay = 2 * time.Millisecond
+	m := openM(t, path, dlOpts(delay))
+	a, b := spawn(t, path, dlOpts(delay)), spawn(t, path, dlOpts(delay))
+	for _, c := range []*child{a, b} {
+		c.send("victimpause 30ms")
+		c.expect("victimpause")
+	}
+	for round := 0; round < 10; round++ {
+		a.buf, b.buf = nil, nil
+		a.send("nest x y")
+		a.expect("acquired x")
+		b.send("nest y x")
+		b.expect("acquired y")
+		a.send("gonest x")
+		b.send("gonest y")
+		a.expect("done x")
+		b.expect("done y")
+		dead := append(a.linesWith("deadlock"), b.linesWith("deadlock")...)
+		require.Len(t, dead, 1, "round %d: exactly one victim: %q", round, dead)
+	}
+	check(t, m)
+}
+
+// A three-process cycle: exactly one victim, the other two proceed.
+func TestDeadlockThreeProcesses(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, dlOpts(testDeadlockDelay))
+	names := []string{"a", "b", "c"}
+	var cs []*child
+	for i, n := range names {
+		c := spawn(t, path, dlOpts(testDeadlockDelay))
+		c.send("nest %s %s", n, names[(i+1)%3])
+		c.expect("acquired " + n)
+		cs = append(cs, c)
+	}
+	for i, c := range cs {
+		c.send("gonest %s", names[i])
+	}
+	var dead, got []string
+	for i, c := range cs {
+		c.expect("done " + names[i])
+		dead = append(dead, c.linesWith("deadlock")...)
+		got = append(got, c.linesWith("acquired "+names[(i+1)%3])...)
+	}
+	require.Len(t, dead, 1, "exactly one victim: %q", dead)
+	require.Len(t, got, 2)
+	for _, c := range cs {
+		require.Contains(t, dead[0], fmt.Sprint("pid ", c.pid))
+	}
+	check(t, m)
+}
+
+// AcquireAll against a nested request in another process: the AcquireAll
+// holds x and waits for y; B holds y and then waits for x. B started
+// waiting last, so B is the victim; the AcquireAll then gets y.
+func TestDeadlockAcquireAllAgainstNested(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, dlOpts(testDeadlockDelay))
+	a, b := spawn(t, path, dlOpts(testDeadlockDelay)), spawn(t, path, dlOpts(testDeadlockDelay))
+	b.send("nest y x")
+	b.expect("acquired y")
+	a.send("all y,x")
+	waitPending(t, m, "y", 1)
+	b.send("gonest y")
+	b.expect("deadlock x")
+	b.expect("done y")
+	a.expect("acquiredall y,x")
+	require.Empty(t, a.linesWith("deadlock"))
+	check(t, m)
+}
+
+// No false positive: a chain of waits longer than the delay, ending at a
+// holder that is merely slow (P, plain Acquire), resolves when P releases.
+//
+//	A: holds x, waits y    B: holds y, waits z    P: holds z (slow)
+//	quiet for 3 delays: nobody fails; P releases: B, then A, are granted.
+func TestDeadlockNoFalsePositiveChain(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, dlOpts(testDeadlockDelay))
+	ctx := ctxT(t, eventually)
+	lz, err := m.Acquire(ctx, "z", RequestOptions{})
+	require.NoError(t, err)
+	a, b := spawn(t, path, dlOpts(testDeadlockDelay)), spawn(t, path, dlOpts(testDeadlockDelay))
+	a.send("nest x y")
+	a.expect("acquired x")
+	b.send("nest y z")
+	b.expect("acquired y")
+	a.send("gonest x")
+	b.send("gonest y")
+	waitPending(t, m, "y", 1)
+	waitPending(t, m, "z", 1)
+	a.quiet("deadlock")
+	b.quiet("deadlock")
+	wg, err := m.WaitGraph(ctx)
+	require.NoError(t, err)
+	require.Empty(t, wg.Cycles)
+	require.Len(t, wg.Waits, 2)
+	check(t, m)
+	require.NoError(t, lz.Release())
+	b.expect("acquired z")
+	b.expect("done y")
+	a.expect("acquired y")
+	a.expect("done x")
+	require.Empty(t, append(a.linesWith("deadlock"), b.linesWith("deadlock")...))
+	check(t, m)
+}
+
+// No false positive within one process: goroutines that hold and wait
+// independently are not linked (a waiting goroutine does not keep its
+// sibling from releasing), even when a waiter's task holds something.
+func TestDeadlockNoFalsePositiveGoroutines(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, dlOpts(testDeadlockDelay))
+	ctx := ctxT(t, eventually)
+	ly, err := m.Acquire(ctx, "y", RequestOptions{}) // a sibling holds y
+	require.NoError(t, err)
+	inner := make(chan error, 1)
+	outer := make(chan error, 1)
+	go func() {
+		outer <- m.Request(ctx, "x", RequestOptions{}, func(fctx context.Context, l *Lock) error {
+			l2, err := m.Acquire(fctx, "y", RequestOptions{}) // holds x, waits for y
+			if err == nil {
+				err = l2.Release()
+			}
+			inner <- err
+			return err
+		})
+	}()
+	waitPending(t, m, "y", 1)
+	// And a sibling waits for x, held by the task waiting for y.
+	wx := acquireAsync(ctx, m, "x", RequestOptions{})
+	waitPending(t, m, "x", 1)
+	mustBlock(t, wx, "x is held")
+	require.Empty(t, inner, "no ErrDeadlock after 3 delays")
+	require.NoError(t, ly.Release())
+	require.NoError(t, recvErr(t, ctx, inner))
+	require.NoError(t, recvErr(t, ctx, outer))
+	require.NoError(t, mustGrant(t, wx, "x after the task").Release())
+	check(t, m)
+}
+
+// A member of a cycle dies: it is reaped, the cycle is gone, and the other
+// member is granted without ErrDeadlock, although it is the one that closed
+// the cycle (the victim had the cycle been real). B never checks (negative
+// delay); A's first check is due a second after it parks, long after B's
+// death (the check reaps the dead before it reads the graph; the survivors'
+// pidfd watchers usually reap it first).
+func TestDeadlockDeadMemberIsNoCycle(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, dlOpts(-1))
+	a, b := spawn(t, path, dlOpts(time.Second)), spawn(t, path, dlOpts(-1))
+	a.send("nest x y")
+	a.expect("acquired x")
+	b.send("nest y x")
+	b.expect("acquired y")
+	b.send("gonest y")
+	waitPending(t, m, "x", 1)
+	a.send("gonest x") // A waits last: A closes the cycle
+	waitPending(t, m, "y", 1)
+	b.kill()
+	a.expect("acquired y")
+	a.expect("done x")
+	require.Empty(t, a.linesWith("deadlock"))
+	check(t, m)
+}
+
+// With DeadlockDelay negative nobody checks: the cycle stays until a ctx ends.
+func TestDeadlockDetectionOff(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, dlOpts(-1))
+	a, b := spawn(t, path, dlOpts(-1)), spawn(t, path, dlOpts(-1))
+	a.send("nest x y timeout=2s")
+	a.expect("acquired x")
+	b.send("nest y x")
+	b.expect("acquired y")
+	a.send("gonest x")
+	b.send("gonest y")
+	waitPending(t, m, "x", 1)
+	waitPending(t, m, "y", 1)
+	a.quiet("deadlock")
+	b.quiet("deadlock")
+	// The cycle is there for anyone who looks.
+	wg, err := m.WaitGraph(ctxT(t, eventually))
+	require.NoError(t, err)
+	require.Len(t, wg.Cycles, 1, "the tags are written by Managers that do not check too")
+	require.Len(t, wg.Cycles[0], 4)
+	require.Len(t, wg.Waits, 2)
+	a.expect("aborted y")
+	a.expect("done x")
+	b.expect("acquired x")
+	check(t, m)
+}
+
+// The graph: hard and soft edges, task tags, the victim-only search and the
+// two-read comparison, on synthetic snapshots.
+func TestWaitForGraph(t *testing.T) {
+	w := func(slot, serial uint32, name string, mode uint32, agent uint32, since int64) table.LockInfo {
+		return table.LockInfo{Name: name, Mode: mode, Agent: agent, Slot: slot, Serial: serial, Since: since}
+	}
+	ex, sh := uint32(table.ModeExclusive), uint32(table.ModeShared)
+	// Agent 1 holds x (tagged for its wait on y, slot 5); agent 2 holds y
+	// (tagged for its wait on x, slot 6); a shared waiter (slot 7, agent 3)
+	// queued behind agent 2's exclusive wait on x.
+	hx := w(10, 1, "x", ex, 1, 0)
+	hx.Tag = table.TaskTag(table.Ref{Slot: 5, Serial: 9})
+	hy := w(11, 1, "y", sh, 2, 0)
+	hy.Tag = table.TaskTag(table.Ref{Slot: 6, Serial: 3})
+	held := []table.LockInfo{hx, hy}
+	pending := []table.LockInfo{w(5, 9, "y", ex, 1, 100), w(6, 3, "x", ex, 2, 200), w(7, 1, "x", sh, 3, 300)}
+	g := table.NewWaitFor(held, pending)
+	require.Equal(t, [][]int{{2}, {3}, {1}, {0}, {0, 3}}, g.Out)
+	require.Nil(t, g.CycleThrough(2, true), "slot 5 started first: not the victim")
+	require.Equal(t, []int{3, 0, 2, 1}, g.CycleThrough(3, true), "slot 6 is the victim")
+	require.Equal(t, []int{2, 1, 3, 0}, g.CycleThrough(2, false))
+	require.Nil(t, g.CycleThrough(4, true), "the shared waiter is in no cycle")
+	require.Equal(t, [][]int{{3, 0, 2, 1}}, g.Cycles())
+	require.True(t, table.SameRequests(g, table.NewWaitFor(held, pending), []int{3, 0, 2, 1}))
+	// A later request in slot 5 (another serial) is not the same request.
+	p2 := append([]table.LockInfo{}, pending...)
+	p2[0].Serial = 10
+	require.False(t, table.SameRequests(g, table.NewWaitFor(held, p2), []int{3, 0, 2, 1}))
+	// A tag with a stale serial links nothing.
+	h2 := append([]table.LockInfo{}, held...)
+	h2[0].Tag = table.TaskTag(table.Ref{Slot: 5, Serial: 8})
+	require.Nil(t, table.NewWaitFor(h2, pending).CycleThrough(3, false))
+	// Shared holders and a shared waiter do not wait for each other.
+	g3 := table.NewWaitFor([]table.LockInfo{w(1, 1, "s", sh, 1, 0)}, []table.LockInfo{w(2, 1, "s", sh, 2, 5)})
+	require.Empty(t, g3.Out[1])
+	require.Contains(t, g.Describe([]int{3, 0, 2, 1}), `waiting for "x" (exclusive) -> `)
+	require.Equal(t, []bool{true, true, true, true, false}, g.InCycle())
+
+	// The soft edges of a queue e s s e s behind an exclusive holder: each
+	// exclusive waiter points at the shared run before it and the exclusive
+	// one before that; a shared one at the last exclusive one before it.
+	q := []table.LockInfo{w(1, 1, "q", ex, 1, 1), w(2, 1, "q", sh, 2, 2), w(3, 1, "q", sh, 3, 3),
+		w(4, 1, "q", ex, 4, 4), w(5, 1, "q", sh, 5, 5)}
+	gq := table.NewWaitFor([]table.LockInfo{w(9, 1, "q", ex, 9, 0)}, q)
+	require.Equal(t, [][]int{nil, {0}, {0, 1}, {0, 1}, {0, 2, 3, 1}, {0, 4}}, gq.Out)
+	require.Equal(t, make([]bool, 6), gq.InCycle())
+	require.Empty(t, gq.Cycles())
+}
+
+func init() { crashScenarios["tag.partial"] = crashWhileTagging }
+
+// P holds z; V's AcquireAll of x, y, z holds x and y and waits for z; after
+// its deadlock delay V tags x with its task and dies before it tags y. The
+// survivors reap V: x and y are free again, P's z is untouched, the checker
+// passes (a tag left on a dead agent's hold goes with the hold).
+func crashWhileTagging(e *crashEnv, point string) {
+	ctx := ctxT(e.t, eventually)
+	lz, err := e.m.Acquire(ctx, "z", RequestOptions{})
+	require.NoError(e.t, err)
+	v := spawn(e.t, e.path, dlOpts(testDeadlockDelay))
+	v.send("crash %s", point)
+	v.expect("armed")
+	v.send("all x,y,z")
+	e.died(v)
+	snap, err := e.m.Query(ctx)
+	require.NoError(e.t, err)
+	require.Equal(e.t, []LockInfo{{Name: "z", Mode: Exclusive, ClientID: e.m.ClientID(), PID: snap.Held[0].PID}}, snap.Held)
+	check(e.t, e.m)
+	require.NoError(e.t, lz.Release())
+}
+
+// recvErr receives from ch within ctx's deadline.
+func recvErr(t testing.TB, ctx context.Context, ch <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		t.Fatal("no result before the test's deadline")
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package prom
+
+import (
+	"bytes"
+	"path/filepath"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/manager"
+	"github.com/shmlocks/shmlocks/table"
+	"github.com/shmlocks/shmlocks/table/tablemetrics"
+)
+
+// The hand-written exposition of package tablemetrics (what `shmlocks serve
+// --metrics` serves) is parsed by Prometheus's own text parser, with the
+// strict legacy name validation: every family has its declared type, and
+// label values with quotes, backslashes, newlines and invalid UTF-8 come
+// back as the escaping promises.
+func TestTableMetricsParse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.tbl")
+	a, b := open(t, path, false), open(t, path, false)
+	ctx := ctxT(t)
+	names := []string{"x", "q\"uote\\back\nline", "bad\xffutf8", "bad\xfeutf8", "日本"}
+	for _, n := range names {
+		_, err := a.Acquire(ctx, n, manager.RequestOptions{})
+		require.NoError(t, err)
+	}
+	_, err := a.Acquire(ctx, "y", manager.RequestOptions{Mode: manager.Shared})
+	require.NoError(t, err)
+	_, err = b.Acquire(ctx, "y", manager.RequestOptions{Mode: manager.Shared})
+	require.NoError(t, err)
+	go b.Acquire(ctx, "x", manager.RequestOptions{Mode: manager.Shared})
+	ro, err := table.OpenReadOnly(path)
+	require.NoError(t, err)
+	defer ro.Close()
+	var st tablemetrics.State
+	require.Eventually(t, func() bool { // the slot is marked waiting before it is queued
+		st, err = tablemetrics.Gather(ro, time.Now())
+		return err == nil && len(st.Names) > 0 && st.Names[0].Waiting == 1
+	}, 10*time.Second, time.Millisecond)
+	var buf bytes.Buffer
+	require.NoError(t, tablemetrics.Write(&buf, &st, time.Millisecond, tablemetrics.Options{Names: true}))
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err, "exposition:\n%s", buf.String())
+
+	types := map[string]dto.MetricType{
+		"shmlocks_table_up":                  dto.MetricType_GAUGE,
+		"shmlocks_table_names":               dto.MetricType_GAUGE,
+		"shmlocks_table_requests":            dto.MetricType_GAUGE,
+		"shmlocks_table_agents":              dto.MetricType_GAUGE,
+		"shmlocks_table_reaps_total":         dto.MetricType_COUNTER,
+		"shmlocks_table_repairs_total":       dto.MetricType_COUNTER,
+		"shmlocks_lock_holders":              dto.MetricType_GAUGE,
+		"shmlocks_lock_waiting":              dto.MetricType_GAUGE,
+		"shmlocks_lock_longest_wait_seconds": dto.MetricType_GAUGE,
+	}
+	for name, typ := range types {
+		require.Contains(t, fams, name)
+		require.Equal(t, typ, fams[name].GetType(), name)
+	}
+	require.Equal(t, 1.0, value(t, fams, "shmlocks_table_up"))
+	require.Equal(t, 7.0, value(t, fams, "shmlocks_table_requests", "state", "held"))
+	require.Equal(t, 1.0, value(t, fams, "shmlocks_table_requests", "state", "waiting"))
+	require.Equal(t, 2.0, value(t, fams, "shmlocks_lock_holders", "name", "y", "mode", "shared"))
+	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_waiting", "name", "x", "mode", "shared"))
+	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_holders", "name", "q\"uote\\back\nline", "mode", "exclusive"))
+	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_holders", "name", `bad\xffutf8`, "mode", "exclusive"))
+	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_holders", "name", `bad\xfeutf8`, "mode", "exclusive"))
+	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_holders", "name", "日本", "mode", "exclusive"))
+	require.Len(t, fams["shmlocks_lock_longest_wait_seconds"].Metric, 1, "only x has waiters")
+
+	// Down: only shmlocks_table_up 0.
+	buf.Reset()
+	require.NoError(t, tablemetrics.Write(&buf, nil, 0, tablemetrics.Options{Names: true}))
+	fams, err = p.TextToMetricFamilies(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	require.Len(t, fams, 1)
+	require.Equal(t, 0.0, value(t, fams, "shmlocks_table_up"))
+}

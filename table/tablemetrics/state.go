@@ -1,0 +1,138 @@
+package tablemetrics
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// State is a summary of a table at one moment.
+type State struct {
+	Time     time.Time
+	Geometry table.Geometry
+	Usage    table.Usage
+	// Agents counts the agent records in use; Dead those whose process is
+	// gone and that nobody has reaped yet.
+	Agents, Dead int
+	// Names are the names held or waited for, sorted by longest wait
+	// (longest first), then longest hold, then name.
+	Names []Name
+}
+
+// Name is the state of one lock name.
+type Name struct {
+	Name    string
+	Holders []Holder // by fencing token
+	Waiting int      // queued requests
+	// Exclusive and Shared count the queued requests by mode.
+	WaitingExclusive, WaitingShared int
+	// LongestWait is the age of the oldest queued request (0: none).
+	LongestWait time.Duration
+	// LongestHold is the age of the oldest grant whose time is known.
+	LongestHold time.Duration
+}
+
+// Holder is one held lock.
+type Holder struct {
+	Mode     uint32 // table.ModeExclusive or table.ModeShared
+	Token    uint64
+	PID      int
+	ClientID string
+	// Held is how long it has been held; 0 for a lock granted at once
+	// (the fast path records no time, to keep the clock off it).
+	Held  time.Duration
+	Steal bool // granted by a steal
+	Dead  bool // its process is gone (not yet reaped)
+}
+
+// Gather reads t's state at now. A table truncated under us gives
+// ErrCorrupt (table.Guard), never a fault.
+func Gather(t *table.Table, now time.Time) (State, error) {
+	st := State{Time: now, Geometry: t.Geometry()}
+	err := table.Guard(func() error {
+		st.Usage = t.Usage()
+		alive := map[uint32]bool{}
+		for _, a := range t.Agents() {
+			st.Agents++
+			ok := a.State == table.AgentAlive && table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot})
+			alive[a.Index] = ok
+			if !ok && a.State == table.AgentAlive {
+				st.Dead++
+			}
+		}
+		held, pending, err := t.Snapshot(nil)
+		if err != nil {
+			return err
+		}
+		byName := map[string]*Name{}
+		get := func(n string) *Name {
+			if p := byName[n]; p != nil {
+				return p
+			}
+			p := &Name{Name: n}
+			byName[n] = p
+			return p
+		}
+		age := func(since int64) time.Duration {
+			if since <= 0 {
+				return 0
+			}
+			return max(0, now.Sub(time.Unix(0, since)))
+		}
+		for _, li := range held {
+			if li.Mode != table.ModeExclusive && li.Mode != table.ModeShared {
+				continue // torn read of a slot being reused
+			}
+			n := get(li.Name)
+			h := Holder{Mode: li.Mode, Token: li.Token, PID: li.PID, ClientID: clientID(li.Nonce),
+				Held: age(li.Since), Steal: li.Steal, Dead: !alive[li.Agent]}
+			n.Holders = append(n.Holders, h)
+			n.LongestHold = max(n.LongestHold, h.Held)
+		}
+		for _, li := range pending {
+			if li.Mode != table.ModeExclusive && li.Mode != table.ModeShared {
+				continue
+			}
+			n := get(li.Name)
+			n.Waiting++
+			if li.Mode == table.ModeShared {
+				n.WaitingShared++
+			} else {
+				n.WaitingExclusive++
+			}
+			n.LongestWait = max(n.LongestWait, age(li.Since))
+		}
+		st.Names = make([]Name, 0, len(byName))
+		for _, n := range byName {
+			slices.SortFunc(n.Holders, func(a, b Holder) int { return cmp.Compare(a.Token, b.Token) })
+			st.Names = append(st.Names, *n)
+		}
+		slices.SortFunc(st.Names, func(a, b Name) int {
+			if c := cmp.Compare(b.LongestWait, a.LongestWait); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(b.LongestHold, a.LongestHold); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Name, b.Name)
+		})
+		return nil
+	})
+	return st, err
+}
+
+// LongestWait is the longest wait of any name.
+func (s *State) LongestWait() time.Duration {
+	var d time.Duration
+	for _, n := range s.Names {
+		d = max(d, n.LongestWait)
+	}
+	return d
+}
+
+// clientID formats an agent nonce as manager.ClientIDOf does (this package
+// does not import manager).
+func clientID(nonce uint64) string { return strconv.FormatUint(nonce, 16) }
