@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -322,3 +323,7 @@ func holdFor(d time.Duration) {
 	for mono() < end {
 	}
 }
+
+// markStarted records that the worker of slot s is ready to make requests
+// (beside the worker: mono is the unix clock, sys_unix.go).
+func (r *Region) markStarted(s int) { atomic.StoreInt64(r.i64(r.slotOff(s)+slStarted), mono()) }
