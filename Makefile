@@ -2,7 +2,7 @@
 GO      ?= go
 TIMEOUT ?= 8m
 
-.PHONY: all build run demo test fmt vet race poll 386 cross prom bench clean
+.PHONY: all build run demo test fmt vet race poll 386 cross prom etcd bench clean
 
 all: build
 
@@ -23,10 +23,11 @@ demo: build
 
 # Everything CI checks: formatting, vet, the race-enabled suite, the suite on
 # the polling fallback, a 32-bit run (64-bit atomics alignment) and the
-# cross-compiles of every package and its tests, and the nested prom module
+# cross-compiles of every package and its tests, the nested etcd module
+# (docs/etcd.md) and the nested prom module
 # (the Prometheus Collector: its own go.mod, so that the core module does not
 # depend on the Prometheus client library).
-test: fmt vet race poll 386 cross prom
+test: fmt vet race poll 386 cross prom etcd
 
 fmt:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \
@@ -63,6 +64,15 @@ cross:
 
 prom:
 	cd prom && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+
+# The etcd backend, a nested module (etcd/, its own go.mod: etcd stays out
+# of the core module): vet, and its tests on embedded etcd clusters
+# (loopback, t.TempDir; docs/etcd.md). ETCD_RACE=-race adds the race
+# detector (the embedded etcd server is then several times slower).
+ETCD_RACE ?=
+etcd:
+	cd etcd && $(GO) vet ./...
+	cd etcd && $(GO) test $(ETCD_RACE) -count=1 -timeout $(TIMEOUT) ./...
 
 # The benchmarks of docs/benchmarks.md: medians of COUNT runs, ratios and the
 # issue targets; raw output and summary in bench-out/ (about 5 minutes).

@@ -136,6 +136,9 @@ func (m *Manager) Coalesce(ctx context.Context, name string,
 // shared == true without waiting; maxAge 0 is Coalesce.
 func (m *Manager) CoalesceWithin(ctx context.Context, name string, maxAge time.Duration,
 	fn func(ctx context.Context) ([]byte, error)) (result []byte, shared bool, err error) {
+	if err := m.tableOnly("Coalesce"); err != nil {
+		return nil, false, err
+	}
 	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
 		return nil, false, err
 	}
@@ -460,6 +463,9 @@ func (o *outcome) result(name string) ([]byte, error) {
 // CheckCoalesce validates the outcome store of the table (every result file
 // parses and is filed under its name); tests run it beside Check.
 func (m *Manager) CheckCoalesce() error {
+	if err := m.tableOnly("CheckCoalesce"); err != nil {
+		return err
+	}
 	err := m.store().check()
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

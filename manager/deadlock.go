@@ -295,6 +295,9 @@ type WaitNode struct {
 // WaitGraph reads the wait-for graph of the table (after reaping dead agents).
 func (m *Manager) WaitGraph(ctx context.Context) (WaitGraph, error) {
 	wg := WaitGraph{Waits: []WaitInfo{}, Cycles: [][]WaitNode{}}
+	if err := m.tableOnly("WaitGraph"); err != nil {
+		return wg, err
+	}
 	if m.closed.Load() {
 		return wg, ErrClosed
 	}

@@ -27,6 +27,7 @@ const (
 	flagRegistered = 0x10 // in m.held, so that the bell loop closes lost when it is taken away
 	flagShown      = 0x20 // some incarnation was registered: the bell loop may still read the word (kept by init)
 	flagChild      = 0x40 // a child grant of a reentrant request (reentrant.go): nothing in the table
+	flagBackend    = 0x80 // a grant of a Backend (in ext.bk), not of the table: never registered
 	stateBits      = 8
 )
 
@@ -52,6 +53,7 @@ type lockExt struct {
 	mu   sync.Mutex
 	lost chan struct{} // created lazily by Lost or the Request context
 	ctx  lockCtx       // Request's context for fn (a pooled Lock keeps it)
+	bk   *backendGrant // the grant, on a Manager made by NewBackendManager
 
 	// Reentrancy (reentrant.go). Of a child grant: its outer grant and that
 	// grant's incarnation (written before the child is published). Of an
@@ -145,7 +147,10 @@ func (l *Lock) lostLocked(e *lockExt) chan struct{} {
 // itself, in case that happened before the registration.
 func (l *Lock) watch() {
 	word := l.state.Load()
-	if word&stateMask != lockHeld || word&flagRegistered != 0 {
+	if word&stateMask != lockHeld || word&(flagRegistered|flagBackend) != 0 {
+		if word&flagBackend != 0 {
+			l.ext.Load().bk.watch() // a backend closes its grants' lost channels itself
+		}
 		return
 	}
 	m := l.m
@@ -227,7 +232,12 @@ func (l *Lock) releaseOwn() error {
 func (l *Lock) release(word uint64) error {
 	m := l.m
 	var reg *regEntry
-	if word&flagRegistered != 0 {
+	if word&(flagRegistered|flagBackend) != 0 {
+		// One test of the word already loaded serves both: a table
+		// lock's Release pays nothing for the backend seam.
+		if word&flagBackend != 0 {
+			return l.releaseBackend(word)
+		}
 		reg = m.held.drop(l.ref.Slot, l)
 	}
 	if m.closed.Load() {
@@ -319,6 +329,9 @@ func (c *lockCtx) Value(key any) any {
 
 func (c *lockCtx) Err() error {
 	if st := c.l.st(); st == lockStolen || st == lockClosed {
+		return context.Canceled
+	}
+	if e := c.l.ext.Load(); e != nil && e.bk != nil && e.bk.lostNow() {
 		return context.Canceled
 	}
 	return c.parent.Err()

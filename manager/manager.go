@@ -77,6 +77,8 @@ const (
 type Manager struct {
 	t        *table.Table
 	a        *table.Agent
+	be       Backend // nil: the table; else the locks live in be (NewBackendManager)
+	maxName  int     // MaxNameLen of the table or the backend
 	path     string
 	clientID string
 	spin     time.Duration
@@ -154,6 +156,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	nonce := binary.NativeEndian.Uint64(nb[:]) | 1
 	m := &Manager{
 		t:        t,
+		maxName:  t.Geometry().MaxNameLen,
 		path:     path,
 		spin:     spin,
 		deadlock: deadlock,
@@ -232,6 +235,10 @@ func (m *Manager) Check() error {
 	if !m.enter() {
 		return ErrClosed
 	}
+	if m.be != nil {
+		m.leave()
+		return nil
+	}
 	defer m.leave()
 	return m.t.Check(m.a)
 }
@@ -255,6 +262,9 @@ func (m *Manager) leave() { m.inflight.Add(-1) }
 func (m *Manager) Close() error {
 	if m.closed.Swap(true) {
 		return nil
+	}
+	if m.be != nil {
+		return m.closeBackend()
 	}
 	close(m.closing)
 	// A fault on the mapping (the file truncated under us) may have

@@ -70,6 +70,9 @@ func (s NameState) Grantable(mode Mode) bool {
 // is Request's (closed, name, ctx). A dead holder is shown until it is reaped.
 func (m *Manager) State(ctx context.Context, name string) (NameState, error) {
 	st := NameState{Name: name, Held: []RequestState{}, Pending: []RequestState{}}
+	if err := m.tableOnly("State"); err != nil {
+		return st, err
+	}
 	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
 		return st, err
 	}
@@ -113,6 +116,9 @@ func requestStates(in []table.LockInfo) []RequestState {
 // then ctx. While it waits it uses one request slot (ErrTableFull when none
 // is free).
 func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) error {
+	if err := m.tableOnly("WaitUnlocked"); err != nil {
+		return err
+	}
 	if err := m.validate(ctx, name, RequestOptions{Mode: mode}); err != nil {
 		return err
 	}
@@ -159,6 +165,9 @@ func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) erro
 // tokens, but a watched name's locks take the latched path instead of the
 // uncontended one.
 func (m *Manager) Watch(ctx context.Context, name string) (<-chan NameState, error) {
+	if err := m.tableOnly("Watch"); err != nil {
+		return nil, err
+	}
 	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
 		return nil, err
 	}

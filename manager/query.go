@@ -33,6 +33,9 @@ func (m *Manager) Query(ctx context.Context) (Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return snap, fmt.Errorf("%w: query: %w", ErrAborted, err)
 	}
+	if m.be != nil {
+		return m.queryBackend(ctx)
+	}
 	if err := m.reap(); err != nil {
 		return snap, fmt.Errorf("query: %w", err)
 	}

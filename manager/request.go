@@ -27,6 +27,9 @@ type RequestOptions struct {
 // l must not be used after fn returns.
 func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	fn func(ctx context.Context, l *Lock) error) error {
+	if m.be != nil {
+		return m.requestBackend(ctx, name, opts, fn)
+	}
 	var ref table.Ref
 	var token uint64
 	var err error
@@ -86,6 +89,9 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts RequestOptions)
 // sets *lp to nil. Neither it nor Release retains the Lock: keep it so, or
 // every Acquire allocates (TestAcquireOnTheStack).
 func (m *Manager) acquireNew(ctx context.Context, name string, opts RequestOptions, lp **Lock) error {
+	if m.be != nil { // the backend seam: one field load and a predictable branch
+		return m.acquireBackend(ctx, name, opts, lp)
+	}
 	var ref table.Ref
 	var token uint64
 	var err error
@@ -116,7 +122,7 @@ func (m *Manager) validate(ctx context.Context, name string, opts RequestOptions
 	if len(name) > 0 && name[0] == '-' && !internalCtx(ctx) {
 		return fmt.Errorf("%w: lock name %q starts with '-'", ErrNotSupported, name)
 	}
-	if max := m.t.Geometry().MaxNameLen; len(name) > max {
+	if max := m.maxName; len(name) > max {
 		return fmt.Errorf("%w: lock name of %d bytes is longer than MaxNameLen %d", ErrNotSupported, len(name), max)
 	}
 	if opts.Mode != Exclusive && opts.Mode != Shared {

@@ -183,6 +183,9 @@ func (m *Manager) acquireCounted(ctx context.Context, name string, opts RequestO
 // with the error.
 func (m *Manager) Stats() (Stats, error) {
 	var st Stats
+	if err := m.tableOnly("Stats"); err != nil {
+		return st, err
+	}
 	if !m.enter() {
 		return st, ErrClosed
 	}

@@ -44,6 +44,8 @@ type Config struct {
 	Deadline    time.Duration // that deadline
 	Hold        Hold          // how long a granted lock is held
 
+	Target string // what a registered backend's workers open (RegisterBackend)
+
 	Seed  uint64  // 0: random (the report prints the one used)
 	Table string  // table file (default: fresh, in a temporary directory)
 	Keep  bool    // keep the temporary directory
@@ -96,7 +98,9 @@ func (c *Config) Validate() error {
 	switch c.Backend {
 	case BackendShmlocks, BackendFlock:
 	default:
-		return bad("unknown backend %q (want shmlocks or flock)", c.Backend)
+		if _, ok := plugin(c.Backend); !ok {
+			return bad("unknown backend %q (want shmlocks, flock or one of the registered %v)", c.Backend, pluginNames())
+		}
 	}
 	if c.Procs < 1 || c.Procs > 256 {
 		return bad("--procs %d out of range [1, 256]", c.Procs)

@@ -244,9 +244,6 @@ func (r *Region) SetPID(s, pid int) {
 	r.setSlotState(s, slotRunning)
 }
 
-// markStarted records that the worker of slot s is ready to make requests.
-func (r *Region) markStarted(s int) { atomic.StoreInt64(r.i64(r.slotOff(s)+slStarted), mono()) }
-
 // started reports whether the worker of slot s is ready to make requests.
 func (r *Region) started(s int) bool { return atomic.LoadInt64(r.i64(r.slotOff(s)+slStarted)) != 0 }
 

@@ -110,6 +110,9 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 			return nil, err
 		}
 	}
+	if _, ok := plugin(cfg.Backend); ok {
+		s.table = cfg.Target // what the report names; the check file stays in dir
+	}
 
 	// Slots: one per process position plus room for the replacements of
 	// chaos victims.
@@ -167,7 +170,7 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 func (s *supervisor) workerConfig(slot, ops int) workerConfig {
 	c := s.cfg
 	return workerConfig{
-		Backend: c.Backend, Table: s.table, Region: s.region, LockDir: s.lockDir,
+		Backend: c.Backend, Target: c.Target, Table: s.table, Region: s.region, LockDir: s.lockDir,
 		Slot: slot, Goroutines: c.Goroutines, Names: c.Names, Ops: ops,
 		Shared: c.Shared, IfAvailable: c.IfAvailable, Steal: c.Steal, Timeout: c.Timeout,
 		Deadline: c.Deadline, Hold: c.Hold.String(), Seed: c.Seed,
@@ -734,6 +737,12 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 	case BackendFlock:
 		if err := flockFree(s.lockDir, cfg.Names); err != nil {
 			r.Violation(err.Error())
+		}
+	default:
+		if p, ok := plugin(cfg.Backend); ok && p.Empty != nil {
+			if err := p.Empty(cfg.Target); err != nil {
+				r.Violation(fmt.Sprintf("%s after the run: %v", cfg.Backend, err))
+			}
 		}
 	}
 	for _, f := range s.failures {

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -21,6 +22,7 @@ import (
 // workerConfig is what the supervisor passes to a worker (JSON in WorkerEnv).
 type workerConfig struct {
 	Backend     string        `json:"backend"`
+	Target      string        `json:"target,omitempty"`
 	Table       string        `json:"table"`
 	Region      string        `json:"region"`
 	LockDir     string        `json:"lockDir"`
@@ -109,7 +111,15 @@ func WorkerMain(stdout, stderr io.Writer) int {
 		be = newFlockBackend(wc.LockDir, wc.Goroutines, wc.Names)
 		c.Tokens = false
 	default:
-		return fail("unknown backend %q", wc.Backend)
+		p, ok := plugin(wc.Backend)
+		if !ok {
+			return fail("unknown backend %q (not registered in this binary)", wc.Backend)
+		}
+		m, err := p.Open(wc.Target)
+		if err != nil {
+			return fail("%v", err)
+		}
+		be = &shmBackend{m: m}
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -238,7 +248,7 @@ func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c
 			mode = modeShared
 		}
 		ifAvailable := rng.Float64() < wc.IfAvailable
-		steal := !ifAvailable && mode == modeExclusive && rng.Float64() < wc.Steal && wc.Backend == BackendShmlocks
+		steal := !ifAvailable && mode == modeExclusive && rng.Float64() < wc.Steal && wc.Backend != BackendFlock
 		timed := !ifAvailable && !steal && rng.Float64() < wc.Timeout
 		rctx, cancel := ctx, context.CancelFunc(func() {})
 		var deadline int64
@@ -313,3 +323,7 @@ func holdFor(d time.Duration) {
 	for mono() < end {
 	}
 }
+
+// markStarted records that the worker of slot s is ready to make requests
+// (beside the worker: mono is the unix clock, sys_unix.go).
+func (r *Region) markStarted(s int) { atomic.StoreInt64(r.i64(r.slotOff(s)+slStarted), mono()) }

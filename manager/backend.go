@@ -1,0 +1,216 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// Backend is a lock service other than the table file that a Manager can
+// run on (the nested module github.com/shmlocks/shmlocks/etcd is one). It is
+// for backend implementors: programs get a Manager from the backend's own
+// Open, which calls NewBackendManager, and use only the Manager.
+//
+// The Manager keeps the parts of the contract that do not depend on where
+// the locks live: it validates every request first (closed, then name and
+// options against MaxNameLen, then ctx), makes the Lock handles, runs
+// Request's callback with a context cancelled when the grant is lost, and
+// turns a second Release into ErrReleased. The Backend does the rest:
+//
+//   - Acquire is called only with a valid request and a live ctx. It blocks
+//     until the request is granted (Web Locks order: FIFO per name, a shared
+//     request never overtakes a queued exclusive one, Steal first) or fails:
+//     ErrNotAvailable for an IfAvailable request that was not grantable at
+//     once (nothing left behind), ErrAborted joined with ctx.Err() when ctx
+//     ended first (the request withdrawn, and a grant that raced with the
+//     cancellation given back), ErrClosed after Close, or its own error. A
+//     backend's errors should wrap the manager sentinels where one applies.
+//   - Query reports every client's held and pending requests, pending per
+//     name in queue order, with Held and Pending never nil.
+//   - Close releases every grant of this client (their Lost channels close
+//     and their Release returns an error wrapping ErrClosed), fails its
+//     pending Acquires with ErrClosed, and frees the backend's resources.
+//     The Manager calls it once.
+type Backend interface {
+	// ClientID is unique per Backend (per Manager) and stable for its life.
+	ClientID() string
+	// MaxNameLen is the longest name, in bytes, that Acquire accepts.
+	MaxNameLen() int
+	Acquire(ctx context.Context, name string, opts RequestOptions) (BackendGrant, error)
+	Query(ctx context.Context) (Snapshot, error)
+	Close() error
+}
+
+// BackendGrant is one granted request of a Backend.
+type BackendGrant struct {
+	// Token is the fencing token: strictly increasing per name.
+	Token uint64
+	// Lost is closed by the backend when the grant is taken away: stolen,
+	// lost with the backend's session, or released by Close. Never nil; the
+	// Manager only receives from it.
+	Lost chan struct{}
+	// Release gives the grant up. The Manager calls it at most once per
+	// successful call (a failed call, whose error wraps neither ErrStolen
+	// nor ErrClosed, leaves the grant held and may be retried). After the
+	// grant was lost it returns an error wrapping ErrStolen (or ErrClosed)
+	// and touches no other grant.
+	Release func() error
+	// Watch, when not nil, is called once, the first time the grant's loss
+	// must be observed asynchronously (Lost, or the Done of Request's
+	// context): a backend may start watching for the loss only then, so
+	// that a grant nobody watches costs no watch. A loss found otherwise
+	// (Release, the end of a session) still closes Lost.
+	Watch func()
+}
+
+// NewBackendManager returns a Manager whose locks live in b instead of a
+// table file: the same Request, Acquire, Query, Close and Lock behaviour,
+// per the contract, with b's semantics for what the table does itself
+// (liveness, tokens, queues). It is for backend implementors (see Backend);
+// Open remains the default. Path, Table and Agent of such a Manager return
+// zero values, and Check returns nil.
+func NewBackendManager(b Backend) *Manager {
+	return &Manager{
+		be:       b,
+		clientID: b.ClientID(),
+		maxName:  b.MaxNameLen(),
+		closing:  make(chan struct{}),
+	}
+}
+
+// backendGrant is a BackendGrant held by a Lock (in its lockExt).
+type backendGrant struct {
+	BackendGrant
+	watchOnce sync.Once
+}
+
+// watch calls the backend's Watch once.
+func (g *backendGrant) watch() {
+	if g.Watch != nil {
+		g.watchOnce.Do(g.Watch)
+	}
+}
+
+// lostNow reports whether the grant has been taken away.
+func (g *backendGrant) lostNow() bool {
+	select {
+	case <-g.Lost:
+		return true
+	default:
+		return false
+	}
+}
+
+// acquireBackend is acquireNew on a backend: *lp becomes the handle of the
+// grant, or nil. Like acquireNew it does not retain the Lock (its grant
+// lives in the lockExt, which the Lock points to, not the other way).
+func (m *Manager) acquireBackend(ctx context.Context, name string, opts RequestOptions, lp **Lock) error {
+	if err := m.validate(ctx, name, opts); err != nil {
+		*lp = nil
+		return err
+	}
+	g, err := m.be.Acquire(ctx, name, opts)
+	if err != nil {
+		*lp = nil
+		return err
+	}
+	l := *lp
+	l.m, l.name, l.token, l.mode = m, name, g.Token, uint8(opts.Mode)
+	// lost is the backend's channel: Lost and the Request context use it
+	// as they use a table lock's, and markLost never runs on it (a backend
+	// Lock is never registered with the bell loop). Nobody else can reach
+	// l yet, so both words are written plainly: an atomic store would make
+	// the compiler move every Acquire's Lock to the heap.
+	*(**lockExt)(unsafe.Pointer(&l.ext)) = &lockExt{bk: &backendGrant{BackendGrant: g}, lost: g.Lost}
+	*(*uint64)(unsafe.Pointer(&l.state)) = 1<<stateBits | flagBackend | lockHeld
+	return nil
+}
+
+// requestBackend is Request on a backend. Its Locks are not pooled (a grant
+// already costs a round trip to the backend).
+func (m *Manager) requestBackend(ctx context.Context, name string, opts RequestOptions,
+	fn func(ctx context.Context, l *Lock) error) error {
+	l := new(Lock)
+	if err := m.acquireBackend(ctx, name, opts, &l); err != nil {
+		if errors.Is(err, ErrNotAvailable) {
+			return fn(ctx, nil)
+		}
+		return err
+	}
+	lc := &l.extension().ctx
+	*lc = lockCtx{l: l, parent: ctx}
+	ferr := fn(lc, l)
+	lc.finish()
+	rerr := l.Release()
+	if rerr == nil || errors.Is(rerr, ErrReleased) {
+		return ferr
+	}
+	return errors.Join(rerr, ferr)
+}
+
+// releaseBackend gives up the backend grant of l, whose state word was word
+// (held) and is now l's alone to set.
+func (l *Lock) releaseBackend(word uint64) error {
+	m := l.m
+	if m.closed.Load() {
+		return fmt.Errorf("release %q: %w", l.name, ErrClosed) // Close released it
+	}
+	// ext was set before the Lock was handed out and never changes: a
+	// plain load (an atomic one would move every Acquire's Lock to the heap).
+	g := (*(**lockExt)(unsafe.Pointer(&l.ext))).bk
+	err := g.Release()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrClosed) || m.closed.Load():
+		l.state.Store(word&^stateMask | lockClosed)
+		return fmt.Errorf("release %q: %w", l.name, err)
+	case errors.Is(err, ErrStolen):
+		l.state.Store(word&^stateMask | lockStolen)
+		return fmt.Errorf("release %q: %w", l.name, err)
+	default:
+		// The backend could not be reached: the grant is still ours (or
+		// will be lost with the session); keep it releasable.
+		l.state.Store(word)
+		return fmt.Errorf("release %q: %w", l.name, err)
+	}
+}
+
+// closeBackend is Close on a backend Manager (closed already set).
+func (m *Manager) closeBackend() error {
+	close(m.closing)
+	return m.be.Close()
+}
+
+// queryBackend is Query on a backend Manager (closed and ctx checked).
+func (m *Manager) queryBackend(ctx context.Context) (Snapshot, error) {
+	snap, err := m.be.Query(ctx)
+	if snap.Held == nil {
+		snap.Held = []LockInfo{}
+	}
+	if snap.Pending == nil {
+		snap.Pending = []LockInfo{}
+	}
+	if err != nil {
+		return snap, fmt.Errorf("query: %w", err)
+	}
+	return snap, nil
+}
+
+// tableOnly is nil on the table backend and, on a Manager made by
+// NewBackendManager, ErrClosed once closed, else ErrNotSupported naming op:
+// the capabilities that live in the table file (Coalesce's outcome files,
+// watch lists, the wait-for graph, the table's statistics) have no backend
+// form yet. Acquire, Request, AcquireAll, RequestAll, Query, Locker and
+// Close work on every backend.
+func (m *Manager) tableOnly(op string) error {
+	if m.be == nil {
+		return nil
+	}
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %s needs the table backend", ErrNotSupported, op)
+}

@@ -1,0 +1,571 @@
+// Package managertest is the conformance suite of the manager contract
+// (W3C Web Locks semantics), for every backend: the table file
+// (manager.Open) and the backends made with manager.NewBackendManager,
+// like testing/fstest for file systems.
+//
+//	func TestConformance(t *testing.T) {
+//		path := filepath.Join(t.TempDir(), "locks.tbl")
+//		managertest.Run(t, func(t *testing.T) *manager.Manager {
+//			m, err := manager.Open(path, nil)
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			t.Cleanup(func() { m.Close() })
+//			return m
+//		})
+//	}
+//
+// open must return a new agent (Manager) of one bucket shared by all the
+// calls of one Run, and close it at t's cleanup. The tests use names of
+// their own, so the bucket may hold other locks; a backend that is not
+// fast needs no special treatment: every "still blocked" check waits
+// QuietPeriod and every "eventually" Eventually.
+package managertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shmlocks/shmlocks/manager"
+)
+
+// Bounds of the suite's waits: a request must stay blocked for QuietPeriod
+// to count as blocked, and anything expected must happen within Eventually.
+var (
+	QuietPeriod = 150 * time.Millisecond
+	Eventually  = 10 * time.Second
+)
+
+// Run runs every conformance test as a subtest of t.
+func Run(t *testing.T, open func(t *testing.T) *manager.Manager) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, func(*testing.T) *manager.Manager)
+	}{
+		{"ExclusiveAcrossClients", testExclusive},
+		{"SharedTogether", testSharedTogether},
+		{"SharedNeverOvertakesExclusive", testSharedAfterQueuedExclusive},
+		{"FIFOPerRequest", testFIFO},
+		{"AbortHeadLetsSharedIn", testAbortHead},
+		{"AbortLeavesNothing", testAbortLeavesNothing},
+		{"IfAvailable", testIfAvailable},
+		{"Steal", testSteal},
+		{"RequestContextCancelledOnSteal", testRequestStolen},
+		{"QueryOrderAndClients", testQuery},
+		{"TokensIncrease", testTokens},
+		{"ValidationOrder", testValidation},
+		{"ReleaseTwice", testReleaseTwice},
+		{"Close", testClose},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
+	}
+}
+
+// name is a lock name of the running test, so that tests sharing a bucket
+// never meet.
+func name(t *testing.T, s string) string { return fmt.Sprintf("%s/%s", t.Name(), s) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), Eventually+5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type result struct {
+	l   *manager.Lock
+	err error
+}
+
+func acquireAsync(ctx context.Context, m *manager.Manager, name string, o manager.RequestOptions) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		l, err := m.Acquire(ctx, name, o)
+		ch <- result{l, err}
+	}()
+	return ch
+}
+
+func mustAcquire(t *testing.T, ctx context.Context, m *manager.Manager, name string, o manager.RequestOptions) *manager.Lock {
+	t.Helper()
+	l, err := m.Acquire(ctx, name, o)
+	if err != nil {
+		t.Fatalf("acquire %q %+v: %v", name, o, err)
+	}
+	return l
+}
+
+func mustRelease(t *testing.T, l *manager.Lock) {
+	t.Helper()
+	if err := l.Release(); err != nil {
+		t.Fatalf("release %q: %v", l.Name(), err)
+	}
+}
+
+func mustBlock(t *testing.T, ch <-chan result, what string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("%s: expected to stay blocked, got lock=%v err=%v", what, r.l != nil, r.err)
+	case <-time.After(QuietPeriod):
+	}
+}
+
+func mustGrant(t *testing.T, ch <-chan result, what string) *manager.Lock {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if r.err != nil || r.l == nil {
+			t.Fatalf("%s: %v", what, r.err)
+		}
+		return r.l
+	case <-time.After(Eventually):
+		t.Fatalf("%s: not granted within %v", what, Eventually)
+	}
+	return nil
+}
+
+func mustFail(t *testing.T, ch <-chan result, target error, what string) error {
+	t.Helper()
+	select {
+	case r := <-ch:
+		if !errors.Is(r.err, target) {
+			t.Fatalf("%s: got lock=%v err=%v, want %v", what, r.l != nil, r.err, target)
+		}
+		return r.err
+	case <-time.After(Eventually):
+		t.Fatalf("%s: no result within %v", what, Eventually)
+	}
+	return nil
+}
+
+func mustBeClosed(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(Eventually):
+		t.Fatalf("%s: not closed within %v", what, Eventually)
+	}
+}
+
+func mustBeOpen(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+		t.Fatalf("%s: closed", what)
+	default:
+	}
+}
+
+// infos returns the held and pending requests on n in a snapshot.
+func infos(t *testing.T, m *manager.Manager, n string) (held, pending []manager.LockInfo) {
+	t.Helper()
+	s, err := m.Query(context.Background())
+	if err != nil {
+		t.Fatalf("query: %v", err)
+	}
+	if s.Held == nil || s.Pending == nil {
+		t.Fatalf("query: nil lists in %+v", s)
+	}
+	for _, li := range s.Held {
+		if li.Name == n {
+			held = append(held, li)
+		}
+	}
+	for _, li := range s.Pending {
+		if li.Name == n {
+			pending = append(pending, li)
+		}
+	}
+	return held, pending
+}
+
+// waitPending waits until m's Query shows k pending requests on n.
+func waitPending(t *testing.T, m *manager.Manager, n string, k int) []manager.LockInfo {
+	t.Helper()
+	deadline := time.Now().Add(Eventually)
+	for {
+		_, p := infos(t, m, n)
+		if len(p) == k {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pending on %q, want %d: %+v", len(p), n, k, p)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func testExclusive(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	ctx, n := ctxT(t), name(t, "x")
+	l := mustAcquire(t, ctx, a, n, manager.RequestOptions{})
+	if l.Name() != n || l.Mode() != manager.Exclusive {
+		t.Fatalf("lock says %q %v", l.Name(), l.Mode())
+	}
+	ch := acquireAsync(ctx, b, n, manager.RequestOptions{})
+	mustBlock(t, ch, "exclusive of another client while held")
+	ch2 := acquireAsync(ctx, a, n, manager.RequestOptions{})
+	waitPending(t, a, n, 2)
+	mustBlock(t, ch2, "exclusive of the same client while held (one key per request)")
+	mustRelease(t, l)
+	l2 := mustGrant(t, ch, "first waiter after release")
+	mustBlock(t, ch2, "second waiter while the first holds")
+	if l2.Token() <= l.Token() {
+		t.Fatalf("token %d after %d", l2.Token(), l.Token())
+	}
+	mustRelease(t, l2)
+	mustRelease(t, mustGrant(t, ch2, "second waiter"))
+}
+
+func testSharedTogether(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	ctx, n := ctxT(t), name(t, "s")
+	s1 := mustAcquire(t, ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
+	s2 := mustAcquire(t, ctx, b, n, manager.RequestOptions{Mode: manager.Shared})
+	if s1.Token() == s2.Token() {
+		t.Fatalf("two grants share token %d", s1.Token())
+	}
+	x := acquireAsync(ctx, a, n, manager.RequestOptions{})
+	mustBlock(t, x, "exclusive while shared held")
+	mustRelease(t, s1)
+	mustBlock(t, x, "exclusive while one shared holder remains")
+	mustRelease(t, s2)
+	mustRelease(t, mustGrant(t, x, "exclusive after the shared holders"))
+}
+
+func testSharedAfterQueuedExclusive(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	ctx, n := ctxT(t), name(t, "r")
+	s1 := mustAcquire(t, ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
+	x := acquireAsync(ctx, b, n, manager.RequestOptions{})
+	waitPending(t, a, n, 1)
+	s2 := acquireAsync(ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
+	waitPending(t, a, n, 2)
+	mustBlock(t, s2, "shared behind a queued exclusive")
+	mustRelease(t, s1)
+	xl := mustGrant(t, x, "exclusive")
+	mustBlock(t, s2, "shared while exclusive held")
+	mustRelease(t, xl)
+	mustRelease(t, mustGrant(t, s2, "shared after the exclusive"))
+}
+
+func testFIFO(t *testing.T, open func(*testing.T) *manager.Manager) {
+	ms := []*manager.Manager{open(t), open(t)}
+	ctx, n := ctxT(t), name(t, "q")
+	h := mustAcquire(t, ctx, ms[0], n, manager.RequestOptions{})
+	const k = 6
+	var chs []<-chan result
+	for i := 0; i < k; i++ {
+		mode := manager.Exclusive
+		if i%3 == 2 {
+			mode = manager.Shared
+		}
+		chs = append(chs, acquireAsync(ctx, ms[i%2], n, manager.RequestOptions{Mode: mode}))
+		waitPending(t, ms[0], n, i+1) // queued in this order
+	}
+	mustRelease(t, h)
+	last := h.Token()
+	for i, ch := range chs {
+		l := mustGrant(t, ch, fmt.Sprintf("request %d", i))
+		for _, later := range chs[i+1:] {
+			select {
+			case r := <-later:
+				t.Fatalf("a later request was granted before request %d was released (err %v)", i, r.err)
+			default:
+			}
+		}
+		if l.Token() <= last {
+			t.Fatalf("request %d: token %d after %d", i, l.Token(), last)
+		}
+		last = l.Token()
+		mustRelease(t, l)
+	}
+}
+
+func testAbortHead(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	ctx, n := ctxT(t), name(t, "r")
+	s1 := mustAcquire(t, ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
+	xctx, cancel := context.WithCancel(ctx)
+	x := acquireAsync(xctx, b, n, manager.RequestOptions{})
+	waitPending(t, a, n, 1)
+	s2 := acquireAsync(ctx, b, n, manager.RequestOptions{Mode: manager.Shared})
+	s3 := acquireAsync(ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
+	waitPending(t, a, n, 3)
+	mustBlock(t, s2, "shared behind exclusive")
+	cancel()
+	err := mustFail(t, x, manager.ErrAborted, "aborted exclusive")
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("abort error %v does not match context.Canceled", err)
+	}
+	l2 := mustGrant(t, s2, "s2 after the abort")
+	l3 := mustGrant(t, s3, "s3 after the abort")
+	for _, l := range []*manager.Lock{s1, l2, l3} {
+		mustRelease(t, l)
+	}
+}
+
+func testAbortLeavesNothing(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	ctx, n := ctxT(t), name(t, "a")
+	h := mustAcquire(t, ctx, a, n, manager.RequestOptions{})
+	wctx, cancel := context.WithTimeout(ctx, QuietPeriod)
+	defer cancel()
+	_, err := b.Acquire(wctx, n, manager.RequestOptions{})
+	if !errors.Is(err, manager.ErrAborted) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("deadline while waiting: %v", err)
+	}
+	waitPending(t, a, n, 0)
+	mustRelease(t, h)
+	mustRelease(t, mustAcquire(t, ctx, b, n, manager.RequestOptions{IfAvailable: true}))
+}
+
+func testIfAvailable(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	ctx, n := ctxT(t), name(t, "n")
+	l := mustAcquire(t, ctx, a, n, manager.RequestOptions{IfAvailable: true})
+	_, err := b.Acquire(ctx, n, manager.RequestOptions{IfAvailable: true})
+	if !errors.Is(err, manager.ErrNotAvailable) {
+		t.Fatalf("exclusive IfAvailable while held: %v", err)
+	}
+	ran := false
+	err = b.Request(ctx, n, manager.RequestOptions{IfAvailable: true, Mode: manager.Shared}, func(ctx context.Context, l *manager.Lock) error {
+		ran = true
+		if l != nil {
+			t.Error("Request IfAvailable ran with a lock")
+		}
+		return nil
+	})
+	if err != nil || !ran {
+		t.Fatalf("Request IfAvailable: ran %v, err %v", ran, err)
+	}
+	if _, p := infos(t, a, n); len(p) != 0 {
+		t.Fatalf("a request that was not available left %+v", p)
+	}
+	mustRelease(t, l)
+	s1 := mustAcquire(t, ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
+	s2 := mustAcquire(t, ctx, b, n, manager.RequestOptions{Mode: manager.Shared, IfAvailable: true})
+	x := acquireAsync(ctx, a, n, manager.RequestOptions{})
+	waitPending(t, a, n, 1)
+	_, err = b.Acquire(ctx, n, manager.RequestOptions{Mode: manager.Shared, IfAvailable: true})
+	if !errors.Is(err, manager.ErrNotAvailable) {
+		t.Fatalf("shared IfAvailable behind a queued exclusive: %v", err)
+	}
+	mustRelease(t, s1)
+	mustRelease(t, s2)
+	mustRelease(t, mustGrant(t, x, "exclusive"))
+}
+
+func testSteal(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b, c := open(t), open(t), open(t)
+	ctx, n := ctxT(t), name(t, "n")
+	l := mustAcquire(t, ctx, a, n, manager.RequestOptions{})
+	lost := l.Lost()
+	mustBeOpen(t, lost, "Lost of a held lock")
+	waiting := acquireAsync(ctx, b, n, manager.RequestOptions{})
+	waitPending(t, a, n, 1)
+	st := mustAcquire(t, ctx, c, n, manager.RequestOptions{Steal: true})
+	mustBeClosed(t, lost, "victim's Lost")
+	if err := l.Release(); !errors.Is(err, manager.ErrStolen) {
+		t.Fatalf("release of a stolen lock: %v", err)
+	}
+	if st.Token() <= l.Token() {
+		t.Fatalf("stealer's token %d after %d", st.Token(), l.Token())
+	}
+	mustBlock(t, waiting, "request queued before the steal, while the stealer holds")
+	if h, p := infos(t, a, n); len(h) != 1 || h[0].ClientID != c.ClientID() || len(p) != 1 || p[0].ClientID != b.ClientID() {
+		t.Fatalf("after the steal: held %+v pending %+v", h, p)
+	}
+	mustRelease(t, st)
+	w := mustGrant(t, waiting, "queued request after the stealer")
+	if w.Token() <= st.Token() {
+		t.Fatalf("token %d granted after the stealer's %d", w.Token(), st.Token())
+	}
+	mustRelease(t, w)
+	next := mustAcquire(t, ctx, a, n, manager.RequestOptions{})
+	if next.Token() <= w.Token() {
+		t.Fatalf("token %d after %d", next.Token(), w.Token())
+	}
+	mustRelease(t, next)
+}
+
+func testRequestStolen(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	ctx, n := ctxT(t), name(t, "n")
+	in := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- a.Request(ctx, n, manager.RequestOptions{}, func(fctx context.Context, l *manager.Lock) error {
+			close(in)
+			select {
+			case <-fctx.Done():
+				if fctx.Err() == nil {
+					return errors.New("Done closed with a nil Err")
+				}
+				return nil
+			case <-time.After(Eventually):
+				return errors.New("fn's ctx not cancelled by the steal")
+			}
+		})
+	}()
+	select {
+	case <-in:
+	case <-time.After(Eventually):
+		t.Fatal("Request's fn did not run")
+	}
+	st := mustAcquire(t, ctx, b, n, manager.RequestOptions{Steal: true})
+	select {
+	case err := <-done:
+		if !errors.Is(err, manager.ErrStolen) {
+			t.Fatalf("Request after a steal: %v", err)
+		}
+	case <-time.After(Eventually + time.Second):
+		t.Fatal("Request did not return")
+	}
+	mustRelease(t, st)
+}
+
+func testQuery(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	if a.ClientID() == "" || a.ClientID() == b.ClientID() {
+		t.Fatalf("client ids %q %q", a.ClientID(), b.ClientID())
+	}
+	ctx, n := ctxT(t), name(t, "q")
+	h := mustAcquire(t, ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
+	want := []struct {
+		m    *manager.Manager
+		mode manager.Mode
+	}{{b, manager.Exclusive}, {a, manager.Shared}, {b, manager.Shared}, {a, manager.Exclusive}}
+	var chs []<-chan result
+	for i, w := range want {
+		chs = append(chs, acquireAsync(ctx, w.m, n, manager.RequestOptions{Mode: w.mode}))
+		waitPending(t, b, n, i+1)
+	}
+	held, pending := infos(t, b, n)
+	if len(held) != 1 || held[0].ClientID != a.ClientID() || held[0].Mode != manager.Shared || held[0].PID == 0 {
+		t.Fatalf("held %+v", held)
+	}
+	for i, w := range want {
+		if pending[i].ClientID != w.m.ClientID() || pending[i].Mode != w.mode || pending[i].PID == 0 {
+			t.Fatalf("pending[%d] = %+v, want client %s mode %v (all: %+v)", i, pending[i], w.m.ClientID(), w.mode, pending)
+		}
+	}
+	mustRelease(t, h)
+	for i, ch := range chs {
+		mustRelease(t, mustGrant(t, ch, fmt.Sprintf("request %d", i)))
+	}
+	if h, p := infos(t, a, n); len(h)+len(p) != 0 {
+		t.Fatalf("left behind: held %+v pending %+v", h, p)
+	}
+}
+
+func testTokens(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	ctx, n := ctxT(t), name(t, "t")
+	var last uint64
+	for i := 0; i < 20; i++ {
+		m := a
+		if i%2 == 1 {
+			m = b
+		}
+		o := manager.RequestOptions{}
+		if i%5 == 4 {
+			o.Steal = true
+		}
+		l := mustAcquire(t, ctx, m, n, o)
+		if l.Token() <= last {
+			t.Fatalf("grant %d: token %d after %d", i, l.Token(), last)
+		}
+		last = l.Token()
+		mustRelease(t, l)
+	}
+}
+
+func testValidation(t *testing.T, open func(*testing.T) *manager.Manager) {
+	m := open(t)
+	ctx, n := ctxT(t), name(t, "v")
+	for _, c := range []struct {
+		name string
+		o    manager.RequestOptions
+	}{
+		{"-x", manager.RequestOptions{}},
+		{n, manager.RequestOptions{Steal: true, IfAvailable: true}},
+		{n, manager.RequestOptions{Steal: true, Mode: manager.Shared}},
+		{n, manager.RequestOptions{Mode: 7}},
+	} {
+		if _, err := m.Acquire(ctx, c.name, c.o); !errors.Is(err, manager.ErrNotSupported) {
+			t.Fatalf("Acquire(%q, %+v): %v, want ErrNotSupported", c.name, c.o, err)
+		}
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, o := range []manager.RequestOptions{{}, {IfAvailable: true}, {Steal: true}, {Mode: manager.Shared}} {
+		_, err := m.Acquire(done, n, o)
+		if !errors.Is(err, manager.ErrAborted) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Acquire with a done ctx %+v: %v", o, err)
+		}
+	}
+	if _, p := infos(t, m, n); len(p) != 0 {
+		t.Fatalf("refused requests left %+v", p)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Acquire(done, "-x", manager.RequestOptions{}); !errors.Is(err, manager.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+func testReleaseTwice(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	ctx, n := ctxT(t), name(t, "r")
+	l := mustAcquire(t, ctx, a, n, manager.RequestOptions{})
+	mustRelease(t, l)
+	l2 := mustAcquire(t, ctx, b, n, manager.RequestOptions{})
+	if err := l.Release(); !errors.Is(err, manager.ErrReleased) {
+		t.Fatalf("second Release: %v", err)
+	}
+	if h, _ := infos(t, a, n); len(h) != 1 || h[0].ClientID != b.ClientID() {
+		t.Fatalf("a second Release touched another holder: %+v", h)
+	}
+	mustRelease(t, l2)
+}
+
+func testClose(t *testing.T, open func(*testing.T) *manager.Manager) {
+	a, b := open(t), open(t)
+	ctx, n, n2 := ctxT(t), name(t, "c"), name(t, "d")
+	l := mustAcquire(t, ctx, a, n, manager.RequestOptions{})
+	lost := l.Lost()
+	other := mustAcquire(t, ctx, b, n2, manager.RequestOptions{})
+	pend := acquireAsync(ctx, a, n2, manager.RequestOptions{})
+	waiter := acquireAsync(ctx, b, n, manager.RequestOptions{})
+	waitPending(t, b, n, 1)
+	waitPending(t, b, n2, 1)
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	mustBeClosed(t, lost, "Lost of a lock released by Close")
+	mustFail(t, pend, manager.ErrClosed, "pending request of a closed Manager")
+	w := mustGrant(t, waiter, "waiter of another client after Close")
+	if err := l.Release(); err == nil {
+		t.Fatal("Release after Close returned nil")
+	}
+	if err := a.Close(); err != nil && !errors.Is(err, manager.ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := a.Acquire(ctx, n, manager.RequestOptions{}); !errors.Is(err, manager.ErrClosed) {
+		t.Fatalf("Acquire after Close: %v", err)
+	}
+	if _, err := a.Query(ctx); !errors.Is(err, manager.ErrClosed) {
+		t.Fatalf("Query after Close: %v", err)
+	}
+	if h, p := infos(t, b, n2); len(h) != 1 || len(p) != 0 {
+		t.Fatalf("after Close, %q: held %+v pending %+v", n2, h, p)
+	}
+	mustRelease(t, w)
+	mustRelease(t, other)
+}
