@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,11 +22,14 @@ import (
 //     also in a Manager that does not check. Holds of other goroutines of
 //     the process are not linked: a goroutine that waits does not keep its
 //     siblings from releasing what they hold.
-//  2. If its Manager checks, it registers with the Manager's rounds: one
-//     timer per Manager runs a round every DeadlockDelay/2 while any of its
-//     requests is parked, and a round checks those parked for DeadlockDelay
-//     at least (so a process with thousands of waiters reads the table twice
-//     per DeadlockDelay, not thousands of times).
+//  2. If its Manager checks, its waiter is registered with the Manager's
+//     rounds (under the Manager's mu, which the park holds anyway: no
+//     allocation, no second lock, no clock read): one timer per Manager
+//     runs a round every DeadlockDelay/2 while any of its requests is
+//     parked, and a round checks those parked for DeadlockDelay at least
+//     (so a process with thousands of waiters reads the table twice per
+//     DeadlockDelay, not thousands of times). A park arms the timer only
+//     if no round is scheduled; the rounds stop when nothing is parked.
 //
 // A round:
 //
@@ -46,7 +48,8 @@ import (
 //     edge is still there (table.SameRequests): each waited, or was held,
 //     throughout the interval, so the snapshot's bucket-by-bucket latching
 //     cannot have composed a phantom. It hands each confirmed victim its
-//     verdict (the cycle, described) and wakes it.
+//     verdict (the cycle, described, in its waiter) and wakes it (the
+//     waiter's own wake-up: it looks at its verdict whenever it wakes).
 //  6. A victim withdraws itself (as an aborted request) and fails with
 //     ErrDeadlock naming the cycle; if it was granted meanwhile, it keeps
 //     the grant.
@@ -57,13 +60,16 @@ import (
 // DefaultDeadlockDelay is the DeadlockDelay of a zero OpenOptions field.
 const DefaultDeadlockDelay = time.Second
 
-// deadlockState is a Manager's bookkeeping of its checks: its parked
-// requests, and one timer that runs a round every DeadlockDelay/2 while
-// there are any.
+// deadlockState is a Manager's bookkeeping of its rounds. Its requests are
+// found in the Manager's registry of parked waiters (Manager.waiters), and
+// each one's state is in its waiter (waiterDeadlock): a park costs no
+// allocation, no second lock and no clock read for detection. All fields
+// are guarded by Manager.mu, which a park holds anyway to register its
+// waiter.
 type deadlockState struct {
-	mu      sync.Mutex
-	watches map[*deadlockWatch]struct{} // parked requests (mu)
-	timer   *time.Timer                 // AfterFunc(round); nil while no round is scheduled (mu)
+	armed bool        // a round is scheduled or running (Manager.mu)
+	epoch uint64      // rounds that have looked at the waiters (Manager.mu)
+	timer *time.Timer // AfterFunc(deadlockRound), made by the first park (Manager.mu)
 }
 
 // victimHook, when set (tests only, before any Manager is opened), runs
@@ -71,107 +77,84 @@ type deadlockState struct {
 // moment in which the other members check too.
 var victimHook func()
 
-// deadlockWatch is the deadlock state of one parked request.
-type deadlockWatch struct {
-	ref     table.Ref
-	parked  int64         // Manager.mono() when it parked
-	c       chan struct{} // buffered(1): a verdict came
-	tagged  []table.Ref   // holds tagged with this request's task tag
-	verdict atomic.Pointer[string]
+// waiterDeadlock is the deadlock state of one parked request, part of its
+// waiter.
+type waiterDeadlock struct {
+	due     uint64                 // the first round (deadlockState.epoch) that checks it (Manager.mu)
+	verdict atomic.Pointer[string] // set by a round that found it a cycle's victim, then poked
+	tagged  []table.Ref            // holds tagged with this request's task tag (its goroutine)
 }
 
-func (d *deadlockWatch) poke() {
-	select {
-	case d.c <- struct{}{}:
-	default:
-	}
-}
-
-// newDeadlockWatch is called when waiting request ref parks: it tags the
-// holds its task carries into the wait and, if this Manager checks,
-// registers the request for its rounds. It returns nil when there is
-// nothing to tag and this Manager does not check.
-func (m *Manager) newDeadlockWatch(ctx context.Context, ref table.Ref) *deadlockWatch {
-	holds := carriedRefs(ctx)
-	if len(holds) == 0 && m.deadlock <= 0 {
-		return nil
-	}
-	d := &deadlockWatch{ref: ref}
-	if len(holds) > 0 && m.enter() {
-		// A table error here (a latch held too long) leaves some holds
-		// untagged: cycles through them go unseen; the wait reports it.
-		var w table.Wakes
-		m.t.TagHolds(m.a, holds, table.TaskTag(ref), &w)
-		m.t.Deliver(&w, m.ringFn)
-		m.leave()
-		d.tagged = holds
-	}
-	if m.deadlock > 0 {
-		d.c = make(chan struct{}, 1)
-		d.parked = m.mono()
-		m.dl.mu.Lock()
-		if m.dl.watches == nil {
-			m.dl.watches = map[*deadlockWatch]struct{}{}
-		}
-		m.dl.watches[d] = struct{}{}
-		if m.dl.timer == nil {
-			m.dl.timer = time.AfterFunc(m.deadlock/2, m.deadlockRound)
-		}
-		m.dl.mu.Unlock()
-	}
-	return d
-}
-
-// fired is the channel on which a verdict is announced (nil, which never
-// fires, if none can come).
-func (d *deadlockWatch) fired() <-chan struct{} {
-	if d == nil {
-		return nil
-	}
-	return d.c
-}
-
-// stop unregisters the request and clears the tags of its holds (its wait
-// is over).
-func (d *deadlockWatch) stop(m *Manager) {
-	if d == nil {
+// parkChecked registers parked waiter w with this Manager's rounds (m.mu
+// held, m.deadlock > 0). Rounds are at least DeadlockDelay/2 apart (the
+// timer is re-armed when a round ends), and w parked after round epoch
+// looked: round epoch+3 is DeadlockDelay at least, and at most
+// 1.5 × DeadlockDelay, after it parked. A park that arms the timer starts
+// the rounds itself: round epoch+2 comes DeadlockDelay after it.
+func (m *Manager) parkChecked(w *waiter) {
+	if m.dl.armed {
+		w.dl.due = m.dl.epoch + 3
 		return
 	}
-	if d.c != nil {
-		m.dl.mu.Lock()
-		delete(m.dl.watches, d)
-		m.dl.mu.Unlock()
+	m.dl.armed = true
+	w.dl.due = m.dl.epoch + 2
+	if m.dl.timer == nil {
+		m.dl.timer = time.AfterFunc(m.deadlock/2, m.deadlockRound)
+	} else {
+		m.dl.timer.Reset(m.deadlock / 2)
 	}
-	if len(d.tagged) == 0 || !m.enter() {
+}
+
+// tagCarried is called when waiting request w parks with holds its task
+// carries into the wait (carriedRefs, not empty): it tags them with the
+// request's task tag, also in a Manager that does not check.
+func (m *Manager) tagCarried(w *waiter, holds []table.Ref) {
+	if !m.enter() {
+		return // the parking loop reports ErrClosed
+	}
+	// A table error here (a latch held too long) leaves some holds
+	// untagged: cycles through them go unseen; the wait reports it.
+	var wk table.Wakes
+	m.t.TagHolds(m.a, holds, table.TaskTag(w.ref), &wk)
+	m.t.Deliver(&wk, m.ringFn)
+	m.leave()
+	w.dl.tagged = holds
+}
+
+// untagCarried clears the tags of the holds w tagged (its wait is over).
+func (m *Manager) untagCarried(w *waiter) {
+	if !m.enter() {
 		return
 	}
 	defer m.leave()
 	table.Guard(func() error {
-		var w table.Wakes
-		_, err := m.t.TagHolds(m.a, d.tagged, 0, &w)
-		m.t.Deliver(&w, m.ringFn)
+		var wk table.Wakes
+		_, err := m.t.TagHolds(m.a, w.dl.tagged, 0, &wk)
+		m.t.Deliver(&wk, m.ringFn)
 		return err
 	})
 }
 
-// checkDeadlock is called when waiting request ref of name was handed a
-// verdict by a round: it withdraws the request. over reports that the wait
-// is over: withdrawn (err matches ErrDeadlock), or granted meanwhile.
-func (m *Manager) checkDeadlock(ctx context.Context, name string, ref table.Ref, d *deadlockWatch) (token uint64, err error, over bool) {
-	v := d.verdict.Load()
+// checkDeadlock is called when waiting request w of name was handed a
+// verdict by a round: it takes the verdict and withdraws the request. over
+// reports that the wait is over: withdrawn (err matches ErrDeadlock), or
+// granted meanwhile.
+func (m *Manager) checkDeadlock(ctx context.Context, name string, w *waiter) (token uint64, err error, over bool) {
+	v := w.dl.verdict.Swap(nil)
 	if v == nil {
 		return 0, nil, false
 	}
+	ref := w.ref
 	if h := victimHook; h != nil {
 		h()
 	}
 	if !m.enter() {
 		return 0, nil, false // the parking loop reports ErrClosed
 	}
-	var w table.Wakes
-	out, token, err := m.t.Abort(m.a, ref, &w)
-	if !w.Empty() {
-		m.t.Deliver(&w, m.ringFn)
+	var wk table.Wakes
+	out, token, err := m.t.Abort(m.a, ref, &wk)
+	if !wk.Empty() {
+		m.t.Deliver(&wk, m.ringFn)
 	}
 	m.leave()
 	if err == nil && out == table.Granted {
@@ -189,33 +172,34 @@ func (m *Manager) checkDeadlock(ctx context.Context, name string, ref table.Ref,
 // deadlockRound runs in the Manager's round timer: it checks every request
 // of this Manager that has been parked for DeadlockDelay (steps 3-5 above),
 // hands the confirmed victims their verdicts and wakes them, and schedules
-// the next round while any request is parked.
+// the next round while any request is parked; otherwise the rounds stop
+// until the next park arms them (parkChecked).
 func (m *Manager) deadlockRound() {
-	due := m.mono() - int64(m.deadlock)
-	var ds []*deadlockWatch
-	m.dl.mu.Lock()
-	for d := range m.dl.watches {
-		if d.parked <= due && d.verdict.Load() == nil {
-			ds = append(ds, d)
+	var ws []*waiter
+	m.mu.Lock()
+	m.dl.epoch++
+	for _, w := range m.waiters {
+		if w.dl.due <= m.dl.epoch && w.dl.verdict.Load() == nil {
+			ws = append(ws, w)
 		}
 	}
-	m.dl.mu.Unlock()
-	if len(ds) > 0 {
+	m.mu.Unlock()
+	if len(ws) > 0 {
 		// A table error (a latch held too long, corruption) skips this
 		// round; the waiters meet the error themselves.
-		table.Guard(func() error { return m.checkRound(ds) })
+		table.Guard(func() error { return m.checkRound(ws) })
 	}
-	m.dl.mu.Lock()
-	if len(m.dl.watches) > 0 && !m.closed.Load() {
+	m.mu.Lock()
+	if len(m.waiters) > 0 && !m.closed.Load() {
 		m.dl.timer.Reset(m.deadlock / 2)
 	} else {
-		m.dl.timer = nil
+		m.dl.armed = false
 	}
-	m.dl.mu.Unlock()
+	m.mu.Unlock()
 }
 
-// checkRound checks requests ds of this Manager.
-func (m *Manager) checkRound(ds []*deadlockWatch) error {
+// checkRound checks parked requests ws of this Manager.
+func (m *Manager) checkRound(ws []*waiter) error {
 	if err := m.reap(); err != nil {
 		return err
 	}
@@ -232,14 +216,14 @@ func (m *Manager) checkRound(ds []*deadlockWatch) error {
 		return nil // the usual case: no cycle at all
 	}
 	type candidate struct {
-		d     *deadlockWatch
+		w     *waiter
 		cycle []int
 	}
 	var cands []candidate
-	for _, d := range ds {
-		if i := g.Find(d.ref.Slot, d.ref.Serial); i >= 0 && inCycle[i] {
+	for _, w := range ws {
+		if i := g.Find(w.ref.Slot, w.ref.Serial); i >= 0 && inCycle[i] {
 			if c := g.CycleThrough(i, true); c != nil {
-				cands = append(cands, candidate{d, c})
+				cands = append(cands, candidate{w, c})
 			}
 		}
 	}
@@ -253,8 +237,8 @@ func (m *Manager) checkRound(ds []*deadlockWatch) error {
 	for _, c := range cands {
 		if table.SameRequests(g, g2, c.cycle) {
 			msg := g.Describe(c.cycle)
-			c.d.verdict.Store(&msg)
-			c.d.poke()
+			c.w.dl.verdict.Store(&msg)
+			c.w.poke()
 		}
 	}
 	return nil

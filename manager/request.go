@@ -314,9 +314,10 @@ func (m *Manager) reapHolders(name string, h uint64) bool {
 type waiter struct {
 	ref  table.Ref
 	name string
-	seq  uint32        // the request's place in its name's queue (table.QueueSeq)
-	ch   chan struct{} // buffered(1): "look at your slot again"
-	spun atomic.Bool   // spun at the head of the queue already
+	seq  uint32         // the request's place in its name's queue (table.QueueSeq)
+	ch   chan struct{}  // buffered(1): "look at your slot again"
+	spun atomic.Bool    // spun at the head of the queue already
+	dl   waiterDeadlock // deadlock detection's state of this request (deadlock.go)
 
 	prev, next *waiter // in m.queues[name], in queue order (m.mu)
 }
@@ -406,16 +407,23 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 	}
 	m.mu.Lock()
 	m.addWaiter(w)
+	if m.deadlock > 0 {
+		m.parkChecked(w) // the deadlock rounds look at it (deadlock.go)
+	}
 	m.mu.Unlock()
 	parked := m.a.Parked()
 	atomic.AddUint32(parked, 1)
 	m.watch.kick()
-	dl := m.newDeadlockWatch(ctx, ref) // tags carried holds, arms the check (deadlock.go)
-	defer dl.stop(m)
+	if holds := carriedRefs(ctx); len(holds) > 0 {
+		m.tagCarried(w, holds) // so that the wait-for graph goes through them (deadlock.go)
+	}
 	defer func() {
 		m.mu.Lock()
 		m.removeWaiter(w)
 		m.mu.Unlock()
+		if len(w.dl.tagged) > 0 {
+			m.untagCarried(w)
+		}
 	}()
 	for {
 		select {
@@ -436,6 +444,14 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 			atomic.AddUint32(parked, ^uint32(0))
 			return m.granted(ctx, name, ref, token)
 		case ok && st == table.SlotWaiting:
+			if m.deadlock > 0 && w.dl.verdict.Load() != nil {
+				// A deadlock round found us a cycle's victim (deadlock.go).
+				if token, err, over := m.checkDeadlock(ctx, name, w); over {
+					atomic.AddUint32(parked, ^uint32(0))
+					return token, err
+				}
+				continue // not withdrawn: look at the slot again
+			}
 		case ok && st == table.SlotStolen:
 			// Granted and stolen before we looked: we never held it usefully.
 			m.t.FreeStolen(m.a, ref)
@@ -460,11 +476,6 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		case <-w.ch:
 		case <-m.closing:
 		case <-done:
-		case <-dl.fired():
-			if token, err, over := m.checkDeadlock(ctx, name, ref, dl); over {
-				atomic.AddUint32(parked, ^uint32(0))
-				return token, err
-			}
 		}
 	}
 }
