@@ -49,7 +49,7 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 	fmt.Fprintf(tw, "geometry\t%d names, %d requests, %d agents, names up to %d bytes (%d buckets)\n",
 		g.MaxResources, g.MaxRequests, g.MaxAgents, g.MaxNameLen, t.l.buckets)
 	created := t.Created()
-	fmt.Fprintf(tw, "created\t%s (%s ago)\n", created.UTC().Format(time.RFC3339), renderAge(now.Sub(created)))
+	fmt.Fprintf(tw, "created\t%s (%s ago)\n", created.UTC().Format(time.RFC3339), RenderAge(now.Sub(created)))
 	bootNote := "this boot"
 	if boot != BootID() {
 		bootNote = "not this boot: the file outlived a reboot"
@@ -107,7 +107,7 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 			}
 			c := perAgent[a.Index]
 			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%d\t%d\t%s ago\n",
-				a.Index, a.PID, state, clientIDOf(a.Nonce), c.held, c.waiting, renderAge(now.Sub(a.Since)))
+				a.Index, a.PID, state, clientIDOf(a.Nonce), c.held, c.waiting, RenderAge(now.Sub(a.Since)))
 		}
 		tw.Flush()
 	}
@@ -198,7 +198,7 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 			}
 			age := "-" // a grant made at once may not record its time
 			if li.Since > 0 {
-				age = renderAge(now.Sub(time.Unix(0, li.Since)))
+				age = RenderAge(now.Sub(time.Unix(0, li.Since)))
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, state, mode, tok, pid, clientIDOf(li.Nonce), age)
 		}
@@ -209,7 +209,7 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 // renderAge formats a duration for the dump: milliseconds below a second,
 // tenths of a second below a minute, whole seconds above; negative ages (a
 // clock step, or a torn read) print as "0s".
-func renderAge(d time.Duration) string {
+func RenderAge(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "0s"

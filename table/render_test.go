@@ -156,6 +156,6 @@ func TestRenderAge(t *testing.T) {
 		{61*time.Second + 600*time.Millisecond, "1m2s"},
 		{90 * time.Minute, "1h30m0s"},
 	} {
-		require.Equal(t, c.want, renderAge(c.d), "%v", c.d)
+		require.Equal(t, c.want, RenderAge(c.d), "%v", c.d)
 	}
 }

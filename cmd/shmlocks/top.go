@@ -130,19 +130,12 @@ func cutColumns(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// topAge formats a duration for the view.
+// topAge formats a duration for the view as the dump does, "-" for none.
 func topAge(d time.Duration) string {
-	switch {
-	case d <= 0:
+	if d <= 0 {
 		return "-"
-	case d < time.Millisecond:
-		return d.Round(time.Microsecond).String()
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
 	}
-	return d.Round(time.Second).String()
+	return table.RenderAge(d)
 }
 
 // runTop runs the live view on the terminal out until ctx ends. The
