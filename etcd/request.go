@@ -255,6 +255,9 @@ func (r *request) lostWaiting() error {
 // rev+1 (compacted) or breaks returns nil: the caller reads the queue again,
 // which is always safe.
 func (r *request) waitDeleted(ctx context.Context, key string, rev int64) error {
+	if h := testHookWatch; h != nil {
+		h(key, rev)
+	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.b.ctx))
 	defer cancel()
 	wch := r.b.cli.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
@@ -278,6 +281,10 @@ func (r *request) waitDeleted(ctx context.Context, key string, rev int64) error 
 		}
 	}
 }
+
+// testHookWatch, set only by tests, runs before waitDeleted starts its
+// watch of key from rev+1 (TestWatchCompacted compacts past rev there).
+var testHookWatch func(key string, rev int64)
 
 // withdraw deletes our key if it is still ours (an aborted or failed
 // request). It uses its own ctx: the caller's may be done.
