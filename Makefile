@@ -26,7 +26,7 @@ demo: build
 # windows vet (the !unix fallbacks), and the nested modules: prom (the
 # Prometheus Collector) and etcd (the backend), each with its own go.mod so
 # that the core module depends on neither. From empty caches (as CI starts)
-# this takes about 8.5 minutes on 2 CPUs, most of it compiling the standard
+# this took 6.75 minutes on 2 quiet CPUs, most of it compiling the standard
 # library once per configuration: that is why the darwin and freebsd vets and
 # the 32-bit vet (where 32-bit binaries cannot run) are left to make cross
 # (measured: 10.3 minutes with them).

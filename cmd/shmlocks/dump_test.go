@@ -136,6 +136,13 @@ func TestDumpCheck(t *testing.T) {
 	r = shm(t, nil, "dump", "--check", "--table", filepath.Join(t.TempDir(), "missing.tbl"))
 	require.Equal(t, exitFailure, r.code)
 	require.Contains(t, r.stderr, "no table")
+
+	// A torn outcome file of Coalesce beside the table fails the check too.
+	require.NoError(t, os.MkdirAll(path+".coalesce", 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(path+".coalesce", "00.res"), []byte("torn"), 0o600))
+	r = shm(t, nil, "dump", "--check", "--table", path)
+	require.Equal(t, exitFailure, r.code, r.stdout)
+	require.Contains(t, r.stderr, "coalesce")
 }
 
 func TestDumpCorrupt(t *testing.T) {
