@@ -16,14 +16,21 @@
 //	      │                           │                      │
 //	      ▼                           ▼                      ▼
 //	validate ─▶ table.Acquire ─┬─▶ granted ─▶ *Lock ─▶ table.Release ─▶ grants next, rings its agent
-//	(closed,    (idle name:    │
+//	(closed,    (idle name:    │                                         if that request sleeps
 //	 name,       one CAS, no   └─▶ queued ─▶ spin on own slot (50µs ─▶ park on a channel
-//	 options,    latch; else   without a grant)  ▲                            │
-//	 ctx)        the bucket                      │                            │
-//	             latch)                          │                            │
-//	                                             └── bell loop ◀── doorbell ◀─┘ (granter's byte)
-//	                                                   (netpoller)   watcher: pidfds of the other
-//	                                                                 agents → reap the dead
+//	 options,    latch; else   (at most 4 of   without a grant)            │
+//	 ctx)        the bucket    ours at once;     ▲                         │
+//	             latch)        else park)        │                         │
+//	                                             └── bell loop ◀── doorbell ◀─┘ (granter's byte;
+//	                                                   (netpoller)   our own grants: a call, no byte)
+//	                                                 watcher: pidfds of the other agents → reap the dead
+//
+// Many goroutines of one process on one name form the local level of a
+// two-level queue: the Manager keeps its requests per name in queue order,
+// at most spinWindow of them spin, and the others are readied one grant
+// ahead of their turn; the table's queue alone decides grants, so FIFO per
+// request holds across processes (docs/design.md §4, "Many requests per
+// process").
 //
 // State, WaitUnlocked and Watch observe a name without requesting it: its
 // holders and queue, the first instant a request would be granted, every

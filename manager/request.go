@@ -399,9 +399,12 @@ func (m *Manager) removeWaiter(w *waiter) {
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
 	done := ctx.Done()
 	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: make(chan struct{}, 1)}
-	if m.spin > 0 {
+	if m.spin > 0 && m.takeSpinPlace() {
+		// Beyond spinWindow spinners, a request parks at once: it is
+		// readied one grant ahead of its turn (wakeAhead), which for a
+		// request of the releaser's own Manager costs no syscall.
 		w.spun.Store(m.t.IsHead(m.a, ref))
-		if token, err, over := m.spinHead(ctx, done, name, ref); over {
+		if token, err, over := m.spinHead(ctx, done, name, ref, true); over {
 			return token, err
 		}
 	}
@@ -413,6 +416,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 	m.mu.Unlock()
 	parked := m.a.Parked()
 	atomic.AddUint32(parked, 1)
+	m.t.MarkParked(m.a, ref, true) // before the loop's look at the slot (no lost wake-up)
 	m.watch.kick()
 	if holds := carriedRefs(ctx); len(holds) > 0 {
 		m.tagCarried(w, holds) // so that the wait-for graph goes through them (deadlock.go)
@@ -465,11 +469,13 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 			// Woken one grant ahead: spin (not counted as parked), then
 			// park again with the usual re-check.
 			w.spun.Store(true)
+			m.t.MarkParked(m.a, ref, false) // a grant need not ring us while we spin
 			atomic.AddUint32(parked, ^uint32(0))
-			if token, err, over := m.spinHead(ctx, done, name, ref); over {
+			if token, err, over := m.spinHead(ctx, done, name, ref, false); over {
 				return token, err
 			}
 			atomic.AddUint32(parked, 1)
+			m.t.MarkParked(m.a, ref, true)
 			continue
 		}
 		select {
@@ -483,7 +489,14 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 // spinHead watches the slot of a queued request for up to the spin limit
 // (restarted by progress on the name). over reports that the wait is over
 // (granted or aborted, with token and err); otherwise the caller parks.
-func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name string, ref table.Ref) (token uint64, err error, over bool) {
+//
+// placed says the caller took one of the spinWindow places (takeSpinPlace);
+// a request woken one grant ahead of its turn spins without one.
+func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name string, ref table.Ref, placed bool) (token uint64, err error, over bool) {
+	if !placed {
+		m.spinners.Add(1)
+	}
+	defer m.spinners.Add(-1)
 	if !m.enter() {
 		return 0, nil, false // the parking loop reports ErrClosed
 	}
@@ -493,8 +506,6 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 	progress := m.t.Progress(ref)
 	oneCPU := m.onOneCPU()
 	procs := int32(runtime.GOMAXPROCS(0))
-	m.spinners.Add(1)
-	defer m.spinners.Add(-1)
 	for i := 0; ; i++ {
 		select {
 		case <-done:
@@ -655,6 +666,32 @@ func (m *Manager) scanWaiters(all bool) {
 			if waiting && !all {
 				break
 			}
+		}
+	}
+}
+
+// spinWindow bounds how many of a Manager's requests spin at once on
+// arrival; the others park at once, and each is readied when it becomes the
+// head of its name's queue, one grant ahead of its turn (wakeAhead; for a
+// request of the releaser's own Manager the ring is a call, not a syscall).
+// More spinners than Ps make every spinner's Gosched a trip through the
+// runtime's run queues and keep the holder, often a goroutine of the same
+// process, off a P: with 64 goroutines of one process on one name, 80% of
+// the CPU went to goschedImpl. 4 leaves the rows that did well with every
+// waiter spinning (1 x 4, 2 x 4, 8 x 2: at most 3 waiting per process) as
+// they were (docs/design.md §4).
+const spinWindow = 4
+
+// takeSpinPlace takes one of the spinWindow places of this Manager's
+// spinning requests, if one is free.
+func (m *Manager) takeSpinPlace() bool {
+	for {
+		n := m.spinners.Load()
+		if n >= spinWindow {
+			return false
+		}
+		if m.spinners.CompareAndSwap(n, n+1) {
+			return true
 		}
 	}
 }

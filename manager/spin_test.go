@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,5 +80,63 @@ func TestSpinnersCounted(t *testing.T) {
 	require.NoError(t, r.err)
 	require.Zero(t, m.spinners.Load())
 	require.NoError(t, r.l.Release())
+	check(t, m)
+}
+
+// TestSpinWindowBoundsSpinners: with many goroutines of one Manager queued
+// on one name, at most spinWindow of them spin at once, plus the requests
+// woken one grant ahead of their turn (the head, and the previous head on
+// its way out of spinHead); the others park. Without the
+// window every queued goroutine spun (80% of the CPU in goschedImpl with
+// 64). Grants still go to every goroutine.
+func TestSpinWindowBoundsSpinners(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 || cpusAllowed() < 2 {
+		t.Skip("needs two CPUs: a waiter confined to one parks at once")
+	}
+	opts := *smallTable
+	opts.MaxRequests = 256
+	opts.SpinLimit = time.Minute // nobody parks because its budget ran out
+	m := openM(t, tablePath(t), &opts)
+	ctx := ctxT(t, eventually)
+	const n = 24
+	var stop atomic.Bool
+	grants := make([]atomic.Int64, n)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				l, err := m.Acquire(ctx, "n", RequestOptions{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				grants[g].Add(1)
+				if err := l.Release(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var most int32
+	for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
+		most = max(most, m.spinners.Load())
+		runtime.Gosched()
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.LessOrEqual(t, most, int32(spinWindow+2), "spinning requests at once")
+	require.Positive(t, most, "some request spun")
+	for g := range n {
+		require.Positive(t, grants[g].Load(), "goroutine %d was never granted", g)
+	}
+	require.Zero(t, m.spinners.Load())
 	check(t, m)
 }

@@ -92,7 +92,8 @@
 //	32     8    token    latch holder (grant)            owner after HELD     no     fencing token
 //	40     8    enqueued latch holder                    dump                 no     unix ns
 //	48     8    granted  latch holder (queue grant)      dump                 no     unix ns, 0 if granted at once
-//	56     8    reserved
+//	56     4    park     owner (atomic)                  granter, wakeAhead   yes    1 while the WAITING request's goroutine sleeps; 0 at enqueue
+//	60     4    reserved
 //
 // # Agent record (stride 128): one Manager
 //

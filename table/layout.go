@@ -15,7 +15,7 @@ import (
 // sync/atomic works on them also under GOARCH=386 (the mapping is page aligned).
 const (
 	Magic         = "SHMLOCK1"
-	FormatVersion = 5 // 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
+	FormatVersion = 6 // 6: a waiting request's park mark (slot offset 56); 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
 
 	HeaderSize = 256 // bytes; region 0
 	BucketSize = 16  // bytes per bucket
@@ -102,6 +102,7 @@ const (
 	slToken   = 32 // uint64: fencing token, written at grant
 	slEnqueue = 40 // int64: unix nanoseconds when enqueued
 	slGrant   = 48 // int64: unix nanoseconds when granted from the queue (0: granted at once, not recorded)
+	slPark    = 56 // uint32: 1 while the WAITING request's goroutine is asleep (its grant must ring its agent); advisory
 )
 
 // Agent field offsets (stride AgentSize).

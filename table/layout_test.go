@@ -249,7 +249,7 @@ func TestEntryRanges(t *testing.T) {
 // with a new FormatVersion (and new values here). make test also runs this
 // under GOARCH=386: the values do not depend on the machine's word size.
 func TestHashIsPartOfTheFormat(t *testing.T) {
-	require.Equal(t, uint32(5), uint32(FormatVersion), "these values are those of formats 3, 4 and 5 (4 changed the fast path and 5 the entry header, not the hash)")
+	require.Equal(t, uint32(6), uint32(FormatVersion), "these values are those of formats 3 to 6 (4 changed the fast path, 5 the entry header and 6 the slot's park mark, not the hash)")
 	for _, c := range []struct {
 		name string
 		want uint64

@@ -46,6 +46,16 @@ func (w *Wakes) add(agent uint32, steal bool) {
 	w.n++
 }
 
+// addGrant notes a grant to (or the wake-ahead of) a waiting request of
+// agent: its agent is rung only if the request's goroutine sleeps (its park
+// mark). One that spins sees its slot word change by itself: ringing it
+// would cost a datagram and wake a thread of its process for nothing.
+func (w *Wakes) addGrant(agent uint32, parked bool) {
+	if parked {
+		w.add(agent, false)
+	}
+}
+
 // Empty reports whether there is nobody to notify.
 func (w *Wakes) Empty() bool { return w.n == 0 && !w.all }
 
@@ -237,6 +247,22 @@ func (t *Table) Status(a *Agent, r Ref) (state uint8, token uint64, ok bool) {
 		token = t.ld64(so + slToken)
 	}
 	return st, token, true
+}
+
+// MarkParked sets or clears the park mark of waiting request r (its
+// owner's goroutine is about to sleep, or is awake again). A grant, or the
+// wake-ahead of a new queue head, rings the request's agent only while the
+// mark is set. The owner sets it before its last look at its slot word
+// (sequentially consistent atomics on both sides; see processQueue).
+func (t *Table) MarkParked(a *Agent, r Ref, parked bool) {
+	if r.Slot >= uint32(t.l.MaxRequests) {
+		return // reserved slots never wait
+	}
+	var v uint32
+	if parked {
+		v = 1
+	}
+	atomic.StoreUint32(t.u32(t.slotOff(r.Slot)+slPark), v)
 }
 
 // Release gives up held request r. It returns ErrStolen if the request was
@@ -661,6 +687,7 @@ func (t *Table) enqueue(s, e uint32) {
 	eo, so := t.entryOff(e), t.slotOff(s)
 	seq := t.ld32(eo + enSeq)
 	t.st32(so+slSeq, seq)
+	atomic.StoreUint32(t.u32(so+slPark), 0) // its goroutine is awake: it spins or checks before it sleeps
 	sp := t.u64(so + slWord)
 	sw := atomic.LoadUint64(sp)
 	atomic.StoreUint64(sp, slotWord(wordSerial(sw), wordAgent(sw), SlotWaiting))
@@ -729,7 +756,8 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 // ahead of its turn, so that it is spinning, not asleep, when its grant lands.
 func (t *Table) wakeAhead(e uint32, w *Wakes) {
 	if head := t.ld32(t.entryOff(e) + enQHead); head != 0 && head-1 < uint32(t.l.MaxRequests) {
-		w.add(wordAgent(atomic.LoadUint64(t.u64(t.slotOff(head-1)+slWord))), false)
+		ho := t.slotOff(head - 1)
+		w.addGrant(wordAgent(atomic.LoadUint64(t.u64(ho+slWord))), atomic.LoadUint32(t.u32(ho+slPark)) != 0)
 	}
 }
 
@@ -770,7 +798,10 @@ func (t *Table) processQueue(e uint32, w *Wakes) {
 		}
 		t.linkHeld(s, e, mode, held)
 		crash("grant.linked")
-		w.add(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), false)
+		// markHeld's store of the slot word comes before this load of the
+		// park mark; the waiter stores its mark before it looks at its slot
+		// word: one of us sees the other (docs/design.md §4).
+		w.addGrant(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), atomic.LoadUint32(t.u32(so+slPark)) != 0)
 		if mode != ModeShared {
 			return
 		}
