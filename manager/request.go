@@ -402,10 +402,14 @@ func (m *Manager) removeWaiter(w *waiter) {
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
 	done := ctx.Done()
 	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: make(chan struct{}, 1)}
-	if m.spin > 0 && m.takeSpinPlace() {
-		// Beyond spinWindow spinners, a request parks at once: it is
-		// readied one grant ahead of its turn (wakeAhead), which for a
-		// request of the releaser's own Manager costs no syscall.
+	if m.spin > 0 && atomic.LoadUint32(m.a.Parked()) == 0 && m.takeSpinPlace() {
+		// A request parks at once when spinWindow requests of its Manager
+		// spin already, or when one of them sleeps: that one is ahead of
+		// it in some queue, and a place is better spent on it when its
+		// turn approaches (it is readied one grant ahead, wakeAhead; for a
+		// request of the releaser's own Manager that costs no syscall)
+		// than on an arrival at the tail, which would spin through every
+		// grant before its own.
 		w.spun.Store(m.t.IsHead(m.a, ref))
 		if token, err, over := m.spinHead(ctx, done, name, ref, true); over {
 			return token, err
@@ -676,7 +680,8 @@ func (m *Manager) scanWaiters(all bool) {
 }
 
 // spinWindow bounds how many of a Manager's requests spin at once on
-// arrival; the others park at once, and each is readied when it becomes the
+// arrival (and an arrival spins only while none of its Manager's requests
+// sleeps); the others park at once, and each is readied when it becomes the
 // head of its name's queue, one grant ahead of its turn (wakeAhead; for a
 // request of the releaser's own Manager the ring is a call, not a syscall).
 // More spinners than Ps make every spinner's Gosched a trip through the
