@@ -379,7 +379,9 @@ func (m *Manager) removeWaiter(w *waiter) {
 
 // wait blocks until ref is granted, ctx ends or the Manager closes.
 //
-// A queued request first spins on its own slot word. It keeps its CPU
+// A queued request first spins on its own slot word, if fewer than
+// spinWindow requests of its Manager spin and none of them sleeps (else it
+// parks at once: the two-level queue of docs/design.md §4). It keeps its CPU
 // while it spins (it yields only to the goroutines of its own process):
 // a waiter that gave its CPU to the kernel would be off it when its turn
 // comes, and every later grant would wait for a process to be scheduled
@@ -394,11 +396,11 @@ func (m *Manager) removeWaiter(w *waiter) {
 // A parked request that becomes the head of its queue is rung one grant
 // ahead of its turn (wakeAhead) and spins again.
 //
-// Before parking, a request raises its agent's parked count and looks at its
-// slot once more: a granter sets the slot HELD before it reads the parked
-// count, so either the granter sees the count and rings the doorbell, or the
-// waiter sees the grant (no lost wake-up; all the words are sequentially
-// consistent atomics).
+// Before parking, a request raises its agent's parked count, sets its
+// slot's park mark and looks at its slot once more: a granter sets the slot
+// HELD before it reads the mark (and then the parked count), so either the
+// granter sees the mark and rings, or the waiter sees the grant (no lost
+// wake-up; all the words are sequentially consistent atomics).
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
 	done := ctx.Done()
 	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: make(chan struct{}, 1)}
