@@ -425,7 +425,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 	m.mu.Unlock()
 	parked := m.a.Parked()
 	first := atomic.AddUint32(parked, 1) == 1
-	m.t.MarkParked(m.a, ref, true) // before the loop's look at the slot (no lost wake-up)
+	m.t.MarkParked(ref, true) // before the loop's look at the slot (no lost wake-up)
 	if first || m.watch.stale() {
 		m.watch.kick() // watch the agents in our way (a refresh per park cost 18% of the CPU at 1 x 64)
 	}
@@ -480,13 +480,13 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 			// Woken one grant ahead: spin (not counted as parked), then
 			// park again with the usual re-check.
 			w.spun.Store(true)
-			m.t.MarkParked(m.a, ref, false) // a grant need not ring us while we spin
+			m.t.MarkParked(ref, false) // a grant need not ring us while we spin
 			atomic.AddUint32(parked, ^uint32(0))
 			if token, err, over := m.spinHead(ctx, done, name, ref, false); over {
 				return token, err
 			}
 			atomic.AddUint32(parked, 1)
-			m.t.MarkParked(m.a, ref, true)
+			m.t.MarkParked(ref, true)
 			continue
 		}
 		select {

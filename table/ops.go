@@ -46,16 +46,6 @@ func (w *Wakes) add(agent uint32, steal bool) {
 	w.n++
 }
 
-// addGrant notes a grant to (or the wake-ahead of) a waiting request of
-// agent: its agent is rung only if the request's goroutine sleeps (its park
-// mark). One that spins sees its slot word change by itself: ringing it
-// would cost a datagram and wake a thread of its process for nothing.
-func (w *Wakes) addGrant(agent uint32, parked bool) {
-	if parked {
-		w.add(agent, false)
-	}
-}
-
 // Empty reports whether there is nobody to notify.
 func (w *Wakes) Empty() bool { return w.n == 0 && !w.all }
 
@@ -252,9 +242,9 @@ func (t *Table) Status(a *Agent, r Ref) (state uint8, token uint64, ok bool) {
 // MarkParked sets or clears the park mark of waiting request r (its
 // owner's goroutine is about to sleep, or is awake again). A grant, or the
 // wake-ahead of a new queue head, rings the request's agent only while the
-// mark is set. The owner sets it before its last look at its slot word
-// (sequentially consistent atomics on both sides; see processQueue).
-func (t *Table) MarkParked(a *Agent, r Ref, parked bool) {
+// mark is set (ringIfAsleep). The owner sets it before its last look at its
+// slot word (sequentially consistent atomics on both sides).
+func (t *Table) MarkParked(r Ref, parked bool) {
 	if r.Slot >= uint32(t.l.MaxRequests) {
 		return // reserved slots never wait
 	}
@@ -756,8 +746,22 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 // ahead of its turn, so that it is spinning, not asleep, when its grant lands.
 func (t *Table) wakeAhead(e uint32, w *Wakes) {
 	if head := t.ld32(t.entryOff(e) + enQHead); head != 0 && head-1 < uint32(t.l.MaxRequests) {
-		ho := t.slotOff(head - 1)
-		w.addGrant(wordAgent(atomic.LoadUint64(t.u64(ho+slWord))), atomic.LoadUint32(t.u32(ho+slPark)) != 0)
+		t.ringIfAsleep(head-1, w)
+	}
+}
+
+// ringIfAsleep notes in w the agent of request slot s, just granted or just
+// made the head of its queue, if the request's goroutine sleeps (its park
+// mark). One that spins sees its slot word change by itself: ringing it
+// would cost a datagram and wake a thread of its process for nothing. For a
+// grant no wake-up is lost: markHeld's atomic store of the slot word comes
+// before this load of the mark, and the waiter stores its mark before it
+// looks at its slot word, so one of the two sees the other. The wake-ahead
+// is a hint: a missed one only means the request is woken by its grant.
+func (t *Table) ringIfAsleep(s uint32, w *Wakes) {
+	so := t.slotOff(s)
+	if atomic.LoadUint32(t.u32(so+slPark)) != 0 {
+		w.add(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), false)
 	}
 }
 
@@ -798,10 +802,7 @@ func (t *Table) processQueue(e uint32, w *Wakes) {
 		}
 		t.linkHeld(s, e, mode, held)
 		crash("grant.linked")
-		// markHeld's store of the slot word comes before this load of the
-		// park mark; the waiter stores its mark before it looks at its slot
-		// word: one of us sees the other (docs/design.md §4).
-		w.addGrant(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), atomic.LoadUint32(t.u32(so+slPark)) != 0)
+		t.ringIfAsleep(s, w) // after markHeld's store: no lost wake-up (docs/design.md §4)
 		if mode != ModeShared {
 			return
 		}

@@ -32,8 +32,8 @@ func TestGrantRingsOnlySleepingRequests(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, Queued, out)
 		require.True(t, w.Empty(), "queueing rings nobody")
-		tb.MarkParked(waiter, first, parked)
-		tb.MarkParked(waiter, second, parked)
+		tb.MarkParked(first, parked)
+		tb.MarkParked(second, parked)
 
 		// The release grants first and makes second the head.
 		require.NoError(t, tb.Release(holder, held, &w))
