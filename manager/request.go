@@ -198,12 +198,9 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 		m.t.FreeClaimed(m.a, ref)
 		return table.Ref{}, 0, ErrClosed
 	}
-	// The first attempt queues unless this Manager is due to yield its CPU
-	// before joining a queue (then it only tries, and a second attempt
-	// queues after the yield): one latched operation per contended
-	// request, not two.
-	tryOnly := !opts.Steal && (opts.IfAvailable || (m.spin > 0 && m.yieldDue()))
-	ref, out, token, err := m.t.AcquireClaimed(m.a, ref, name, h, uint32(opts.Mode), tryOnly, opts.Steal, &w)
+	// The first attempt never queues (a waiting request takes a second
+	// one), so the uncontended path reads no clock.
+	ref, out, token, err := m.t.AcquireClaimed(m.a, ref, name, h, uint32(opts.Mode), !opts.Steal, opts.Steal, &w)
 	if out == table.NotAvailable && err == nil && !opts.IfAvailable {
 		// The name is taken. Yield outside the queue if this Manager has
 		// not given up its CPU for yieldEvery: let the other runnable
