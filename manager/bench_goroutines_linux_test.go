@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,12 +14,75 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/futex"
 )
 
 // kindChan is the in-process FIFO baseline of BenchmarkGoroutines: a channel
 // of capacity 1 as a mutex (lock: send; unlock: receive). Blocked senders
 // are served in order, so it is a strict FIFO lock within one process.
 const kindChan = "chan"
+
+// kindTicket is the cross-process strict-FIFO baseline of
+// BenchmarkGoroutines: a ticket lock on two words of the shared control
+// file (take a number, wait until it is served), each waiter spinning with
+// Gosched for ticketSpin and then sleeping on the served word's futex, the
+// release waking every sleeper. It is the textbook FIFO lock, with the same
+// spin-then-park policy as shmlocks and nothing else (no queue to show, no
+// cancellation, no crash recovery): what strict FIFO per request costs on
+// this machine, measured beside shmlocks and flock.
+const kindTicket = "ticket"
+
+// Control-file words of kindTicket (one cache line each).
+const (
+	ctlTicketNext  = 640 // uint32: the next number to hand out
+	ctlTicketServe = 704 // uint32: the number being served; the futex word
+	ctlTicketSleep = 768 // uint32: waiters asleep on ctlTicketServe
+)
+
+// ticketSpin is how long a ticket waiter spins before it sleeps: shmlocks'
+// default SpinLimit.
+const ticketSpin = 50 * time.Microsecond
+
+// ticketLock takes a number and waits until it is served (until ctx ends).
+func ticketLock(ctx context.Context, ctl []byte) error {
+	next, serve, sleep := ctlWord32(ctl, ctlTicketNext), ctlWord32(ctl, ctlTicketServe), ctlWord32(ctl, ctlTicketSleep)
+	my := atomic.AddUint32(next, 1) - 1
+	start := time.Now()
+	for i := 0; ; i++ {
+		s := atomic.LoadUint32(serve)
+		if s == my {
+			return nil
+		}
+		if i&63 != 63 || time.Since(start) < ticketSpin {
+			runtime.Gosched()
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err // the lock is wedged from now on: the benchmark fails anyway
+		}
+		// The releaser adds to serve and then reads sleep; we add to sleep
+		// and then the kernel compares serve with s: one of us sees the other.
+		atomic.AddUint32(sleep, 1)
+		err := futex.Wait(serve, s, 10*time.Millisecond)
+		atomic.AddUint32(sleep, ^uint32(0))
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// ticketUnlock serves the next number and wakes the sleepers (each looks
+// whether its number is up).
+func ticketUnlock(ctl []byte) error {
+	serve := ctlWord32(ctl, ctlTicketServe)
+	atomic.AddUint32(serve, 1)
+	if atomic.LoadUint32(ctlWord32(ctl, ctlTicketSleep)) > 0 {
+		_, err := futex.Wake(serve, 0)
+		return err
+	}
+	return nil
+}
 
 // goroutineRows are the processes x goroutines of BenchmarkGoroutines (issue
 // 18): more goroutines per process than GOMAXPROCS is where grants land on
@@ -41,10 +105,11 @@ var goroutineRows = []struct{ procs, goroutines int }{
 func BenchmarkGoroutines(b *testing.B) {
 	for _, row := range goroutineRows {
 		b.Run(fmt.Sprintf("procs=%d/goroutines=%d", row.procs, row.goroutines), func(b *testing.B) {
-			var shm, fl, ch loopResult
+			var shm, fl, tk, ch loopResult
 			for i := 0; i < b.N; i++ {
 				shm = runLoop(b, loopCfg{kind: kindShm, procs: row.procs, goroutines: row.goroutines})
 				fl = runLoop(b, loopCfg{kind: kindFlock, procs: row.procs, goroutines: row.goroutines})
+				tk = runLoop(b, loopCfg{kind: kindTicket, procs: row.procs, goroutines: row.goroutines})
 				if row.procs == 1 {
 					ch = runLoop(b, loopCfg{kind: kindChan, procs: 1, goroutines: row.goroutines})
 				}
@@ -52,8 +117,12 @@ func BenchmarkGoroutines(b *testing.B) {
 			b.ReportMetric(shm.opsPerSec(), "shm-ops/s")
 			b.ReportMetric(fl.opsPerSec(), "flock-ops/s")
 			b.ReportMetric(shm.opsPerSec()/fl.opsPerSec(), "shm/flock")
+			b.ReportMetric(tk.opsPerSec(), "ticket-ops/s")
+			b.ReportMetric(shm.opsPerSec()/tk.opsPerSec(), "shm/ticket")
+			b.ReportMetric(tk.opsPerSec()/fl.opsPerSec(), "ticket/flock")
 			b.ReportMetric(shm.gMaxMin(), "shm-g-maxmin")
 			b.ReportMetric(fl.gMaxMin(), "flock-g-maxmin")
+			b.ReportMetric(tk.gMaxMin(), "ticket-g-maxmin")
 			if row.procs > 1 {
 				b.ReportMetric(shm.maxMin(), "shm-maxmin")
 				b.ReportMetric(fl.maxMin(), "flock-maxmin")
@@ -161,6 +230,20 @@ func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, er
 					n++
 					atomic.AddUint64(ops, 1)
 				}
+			case kindTicket:
+				for atomic.LoadUint32(stop) == 0 {
+					if err := ticketLock(ctx, ctl); err != nil {
+						errs <- err
+						return
+					}
+					critical(me)
+					if err := ticketUnlock(ctl); err != nil {
+						errs <- err
+						return
+					}
+					n++
+					atomic.AddUint64(ops, 1)
+				}
 			default:
 				errs <- fmt.Errorf("unknown kind %q", a.Kind)
 			}
@@ -181,7 +264,7 @@ func TestBenchGoroutinesLoop(t *testing.T) {
 	for _, c := range []struct {
 		kind              string
 		procs, goroutines int
-	}{{kindShm, 2, 3}, {kindFlock, 2, 3}, {kindChan, 1, 4}} {
+	}{{kindShm, 2, 3}, {kindFlock, 2, 3}, {kindTicket, 2, 3}, {kindChan, 1, 4}} {
 		t.Run(c.kind, func(t *testing.T) {
 			r := runLoop(t, loopCfg{kind: c.kind, procs: c.procs, goroutines: c.goroutines,
 				warmup: 50 * time.Millisecond, window: 200 * time.Millisecond})

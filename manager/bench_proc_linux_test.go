@@ -223,7 +223,7 @@ func benchChild(role string) int {
 			fmt.Printf("calib %d\n", time.Since(t0).Nanoseconds())
 		case "go":
 			loop := benchLoop
-			if a.Goroutines > 1 || a.Kind == kindChan {
+			if a.Goroutines > 1 || a.Kind == kindChan || a.Kind == kindTicket {
 				loop = benchLoopGoroutines
 			}
 			ops, err := loop(a, ctl, m, fd)
