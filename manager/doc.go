@@ -30,7 +30,10 @@
 // at most spinWindow of them spin, and the others are readied one grant
 // ahead of their turn; the table's queue alone decides grants, so FIFO per
 // request holds across processes (docs/design.md §4, "Many requests per
-// process").
+// process"). The waiting policy (waitpolicy.go) decides only who burns a
+// CPU: a process yields its CPU outside the queue (so that queues are made
+// of running processes) only while the table has more agents than it has
+// CPUs, or while none of its requests waits.
 //
 // State, WaitUnlocked and Watch observe a name without requesting it: its
 // holders and queue, the first instant a request would be granted, every

@@ -255,7 +255,7 @@ func (l *Lock) release(word uint64) error {
 			// preempt this process at a worse moment (see Manager.wait).
 			// Once per yieldCheckOps grants of a name (by its fencing
 			// token) keeps the clock off the fast path.
-			m.yieldIfDue()
+			m.yieldNow()
 		}
 		return nil
 	case m.closed.Load():

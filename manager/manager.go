@@ -110,8 +110,10 @@ type Manager struct {
 	lastInWay atomic.Int64 // unix ns of the last reapHolders look
 	born      time.Time    // monotonic clock base of lastYield and cpuAt
 	lastYield atomic.Int64 // ns since born when this Manager last got its CPU back from a yield
-	cpuAt     atomic.Int64 // ns since born when oneCPU was last looked up (0: never)
-	oneCPU    atomic.Bool  // this process may run on one CPU only
+	cpuAt     atomic.Int64 // ns since born when cpus, usable and agents were last looked up (0: never)
+	cpus      atomic.Int32 // CPUs this process may run on (its affinity), as of cpuAt
+	usable    atomic.Int32 // min(cpus, GOMAXPROCS), as of cpuAt
+	agents    atomic.Int32 // live agents on the table, as of cpuAt (waitpolicy.go)
 
 	pool sync.Pool // *Lock for Request
 

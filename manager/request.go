@@ -206,10 +206,12 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 		// not given up its CPU for yieldEvery: let the other runnable
 		// processes have it before we join the queue, so that the queue is
 		// made of running processes (a grant then lands on a spinning
-		// waiter, not on one the kernel has to schedule first).
+		// waiter, not on one the kernel has to schedule first). Not when
+		// the table has no more agents than we have CPUs while another
+		// request of ours waits (yieldsOutsideQueue, waitpolicy.go).
 		if m.spin > 0 && m.yieldDue() {
 			m.leave()
-			m.yieldIfDue()
+			m.yieldNow()
 			if !m.enter() {
 				return table.Ref{}, 0, ErrClosed
 			}
@@ -255,36 +257,6 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 
 // mono is this Manager's monotonic clock, in ns since Open.
 func (m *Manager) mono() int64 { return int64(time.Since(m.born)) }
-
-// yieldDue reports whether this Manager has kept its CPU for yieldEvery.
-func (m *Manager) yieldDue() bool {
-	return m.mono()-m.lastYield.Load() > int64(yieldEvery)
-}
-
-// yieldIfDue gives the CPU to another runnable process if this Manager has
-// not done so for yieldEvery. The time is recorded when the CPU comes back:
-// what counts is how long we have been running, not how long we waited.
-func (m *Manager) yieldIfDue() {
-	now := m.mono()
-	last := m.lastYield.Load()
-	if now-last <= int64(yieldEvery) || !m.lastYield.CompareAndSwap(last, now) {
-		return // not due, or another goroutine of ours is yielding
-	}
-	cpuYield()
-	m.lastYield.Store(m.mono())
-}
-
-// onOneCPU reports whether this process may run on a single CPU only (then
-// a spinning waiter keeps the holder it waits for off the CPU unless it
-// yields). The affinity is looked up at most every 100 ms.
-func (m *Manager) onOneCPU() bool {
-	now := m.mono()
-	if at := m.cpuAt.Load(); at == 0 || now-at > int64(100*time.Millisecond) {
-		m.oneCPU.Store(cpusAllowed() == 1)
-		m.cpuAt.Store(now | 1)
-	}
-	return m.oneCPU.Load()
-}
 
 // reapHolders reaps the dead agents among name's holders and queue, so that
 // an if-available request does not fail because of a process that is gone.
@@ -401,7 +373,7 @@ func (m *Manager) removeWaiter(w *waiter) {
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
 	done := ctx.Done()
 	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: make(chan struct{}, 1)}
-	if m.spin > 0 && atomic.LoadUint32(m.a.Parked()) == 0 && m.takeSpinPlace() {
+	if m.spin > 0 && arrivalSpins(atomic.LoadUint32(m.a.Parked()), m.spinners.Load()) && m.takeSpinPlace() {
 		// A request parks at once when spinWindow requests of its Manager
 		// spin already, or when one of them sleeps: that one is ahead of
 		// it in some queue, and a place is better spent on it when its
@@ -567,50 +539,6 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 	}
 }
 
-// spinLooksOnly reports whether a spinning request may look at its slot
-// again and again without giving its P to the process's other goroutines
-// (then it does so only every goschedEvery). That is safe while the
-// Manager's spinning requests (spinners, this one included) are fewer than
-// its process's Ps (procs, GOMAXPROCS), so that a P is free for any other
-// goroutine, and while none of its requests is parked
-// (a grant to one makes a goroutine runnable on the P of whoever reads the
-// doorbell, often a spinner's). It is worth it because a Gosched with an
-// idle P calls wakep, which wakes an idle thread of the process: on every
-// look, a thread that competes for the CPUs with the holder and the next in
-// line (docs/design.md §4). A process confined to one CPU keeps spinStep.
-func spinLooksOnly(oneCPU bool, spinners, procs int32, parked uint32) bool {
-	return !oneCPU && spinners < procs && parked == 0
-}
-
-// spinAction is what a spinning waiter does between two looks at its slot.
-type spinAction int
-
-const (
-	spinGosched spinAction = iota // yield to this process's goroutines only
-	spinOSYield                   // give the CPU to any runnable thread
-	spinPark                      // stop spinning: park until rung
-)
-
-// spinStep is the waiting policy's step i. A waiter that may use several
-// CPUs keeps its CPU (Gosched only) until its budget runs out. A waiter
-// confined to one CPU spins only to let the holder, which needs that very
-// CPU, run once: it yields to the OS once and then parks. More yields do not
-// help it and cost it its share of the CPU: on this kernel (EEVDF, Linux
-// 6.18) a sched_yield forfeits the rest of the yielder's time slice, so a
-// process that yields ten times per wait runs far less than one that sleeps
-// (BenchmarkYieldShare; docs/design.md §4).
-func spinStep(i int, oneCPU bool) spinAction {
-	switch {
-	case !oneCPU:
-		return spinGosched
-	case i == 0:
-		return spinGosched // our own goroutines first: the holder may be one
-	case i == 1:
-		return spinOSYield
-	}
-	return spinPark
-}
-
 // granted accepts an observed grant unless ctx ended meanwhile: a grant
 // seen after the cancellation is handed back (abort), so a caller whose ctx
 // was cancelled before the grant always gets ErrAborted.
@@ -674,33 +602,6 @@ func (m *Manager) scanWaiters(all bool) {
 			if waiting && !all {
 				break
 			}
-		}
-	}
-}
-
-// spinWindow bounds how many of a Manager's requests spin at once on
-// arrival (and an arrival spins only while none of its Manager's requests
-// sleeps); the others park at once, and each is readied when it becomes the
-// head of its name's queue, one grant ahead of its turn (wakeAhead; for a
-// request of the releaser's own Manager the ring is a call, not a syscall).
-// More spinners than Ps make every spinner's Gosched a trip through the
-// runtime's run queues and keep the holder, often a goroutine of the same
-// process, off a P: with 64 goroutines of one process on one name, 80% of
-// the CPU went to goschedImpl. 4 leaves the rows that did well with every
-// waiter spinning (1 x 4, 2 x 4, 8 x 2: at most 3 waiting per process) as
-// they were (docs/design.md §4).
-const spinWindow = 4
-
-// takeSpinPlace takes one of the spinWindow places of this Manager's
-// spinning requests, if one is free.
-func (m *Manager) takeSpinPlace() bool {
-	for {
-		n := m.spinners.Load()
-		if n >= spinWindow {
-			return false
-		}
-		if m.spinners.CompareAndSwap(n, n+1) {
-			return true
 		}
 	}
 }

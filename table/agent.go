@@ -299,6 +299,20 @@ type AgentInfo struct {
 	StealSeq uint32
 }
 
+// LiveAgents counts the agent records registered and alive (as far as the
+// table knows: a dead process's record counts until it is reaped), without
+// allocating. A hint for the waiting policy: how many processes may want
+// the CPUs to run their lock operations.
+func (t *Table) LiveAgents() int {
+	n := 0
+	for idx := uint32(0); idx < uint32(t.l.MaxAgents); idx++ {
+		if wordState(atomic.LoadUint64(t.u64(t.agentOff(idx)+agWord))) == AgentAlive {
+			n++
+		}
+	}
+	return n
+}
+
 // Agents lists the non-free agent records.
 func (t *Table) Agents() []AgentInfo {
 	var out []AgentInfo

@@ -1,0 +1,178 @@
+package manager
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// The waiting policy: when a request that finds its name taken gives its
+// CPU away before it joins the queue, which queued requests spin and how,
+// and which sleep at once. None of it decides who is granted: only the
+// table's queue does, in order (docs/design.md §4). It decides who burns
+// a CPU, and when.
+
+// yieldDue reports whether this Manager has kept its CPU for yieldEvery.
+func (m *Manager) yieldDue() bool {
+	return m.mono()-m.lastYield.Load() > int64(yieldEvery)
+}
+
+// yieldIfDue gives the CPU to another runnable process if this Manager has
+// not done so for yieldEvery. The time is recorded when the CPU comes back:
+// what counts is how long we have been running, not how long we waited.
+func (m *Manager) yieldIfDue() {
+	now := m.mono()
+	last := m.lastYield.Load()
+	if now-last <= int64(yieldEvery) || !m.lastYield.CompareAndSwap(last, now) {
+		return // not due, or another goroutine of ours is yielding
+	}
+	cpuYield()
+	m.lastYield.Store(m.mono())
+}
+
+// yieldsOutsideQueue reports whether a Manager that is due to give its
+// CPU away (yieldIfDue: after a release, or when a request finds its name
+// taken, before it queues) should: while more processes use the table
+// (agents) than this process can run on (cpus), or while none of its own
+// requests waits (waiting: asleep or spinning).
+//
+// The yield is there so that the queue is made of processes that run: with
+// more lockers than CPUs, a process that queues and is then preempted
+// stalls every grant after its own. With no more lockers than CPUs they can
+// all run at once, and a yield helps only the others' fast paths (2
+// processes, one goroutine each: 25-33x flock's ops/s without it, 28-35x
+// with it). But while a request of the yielding process waits in a queue,
+// the yield stalls that request: on EEVDF a sched_yield forfeits the rest
+// of the caller's time slice, and the request readied one grant ahead (a
+// call within the process) waits in the yielding thread's run queue.
+// 2 processes x 4 goroutines: 0.08x flock's ops/s with those yields, 1.6x
+// without (docs/experiments.md).
+func yieldsOutsideQueue(agents, cpus int, waiting bool) bool {
+	return agents > cpus || !waiting
+}
+
+// yieldNow gives the CPU away if this Manager is due (yieldIfDue) and
+// yieldsOutsideQueue says so. Called between a release and the next
+// request, and by a request that found its name taken, before it queues;
+// never while a lock is held or a request of the caller is queued.
+func (m *Manager) yieldNow() {
+	if !m.yieldDue() {
+		return
+	}
+	m.refreshView()
+	waiting := atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
+	if yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting) {
+		m.yieldIfDue()
+	}
+}
+
+// onOneCPU reports whether this process may run on a single CPU only (then
+// a spinning waiter keeps the holder it waits for off the CPU unless it
+// yields), refreshed every 100 ms.
+func (m *Manager) onOneCPU() bool {
+	m.refreshView()
+	return m.cpus.Load() == 1
+}
+
+// refreshView looks up, at most every 100 ms, what the policy needs of the
+// machine: the CPUs this process may use (its affinity; for yieldNow also
+// bounded by GOMAXPROCS, which Go derives from the cgroup's CPU quota) and
+// how many agents the table has.
+func (m *Manager) refreshView() {
+	now := m.mono()
+	if at := m.cpuAt.Load(); at != 0 && now-at <= int64(100*time.Millisecond) {
+		return
+	}
+	cpus := cpusAllowed()
+	m.cpus.Store(int32(cpus))
+	m.usable.Store(int32(min(cpus, runtime.GOMAXPROCS(0))))
+	m.agents.Store(int32(m.t.LiveAgents()))
+	m.cpuAt.Store(now | 1)
+}
+
+// arrivalSpins reports whether a request that has just joined a queue may
+// spin (if it also gets one of the spinWindow places), given how many of
+// its Manager's requests sleep (parked) and spin (spinners) now. While
+// spinWindow or more of them wait, an arrival sleeps at once: it is behind
+// them in some queue (with 64 goroutines of one process on one name,
+// letting it spin when a place was free kept goschedImpl at 28% of the
+// CPU), and it is readied one grant ahead of its turn. With fewer waiting
+// it spins even if one of them sleeps (a sibling that parked after a stall
+// of its name): parking it too left 8 processes x 2 goroutines, and 2 x 4,
+// with every request asleep and each grant waiting for a wake-up (8 x 2:
+// 0.08x flock's ops/s, 0.22-0.74x with this rule; docs/experiments.md).
+func arrivalSpins(parked uint32, spinners int32) bool {
+	return int64(parked)+int64(spinners) < spinWindow
+}
+
+// spinLooksOnly reports whether a spinning request may look at its slot
+// again and again without giving its P to the process's other goroutines
+// (then it does so only every goschedEvery). That is safe while the
+// Manager's spinning requests (spinners, this one included) are fewer than
+// its process's Ps (procs, GOMAXPROCS), so that a P is free for any other
+// goroutine, and while none of its requests is parked
+// (a grant to one makes a goroutine runnable on the P of whoever reads the
+// doorbell, often a spinner's). It is worth it because a Gosched with an
+// idle P calls wakep, which wakes an idle thread of the process: on every
+// look, a thread that competes for the CPUs with the holder and the next in
+// line (docs/design.md §4). A process confined to one CPU keeps spinStep.
+func spinLooksOnly(oneCPU bool, spinners, procs int32, parked uint32) bool {
+	return !oneCPU && spinners < procs && parked == 0
+}
+
+// spinAction is what a spinning waiter does between two looks at its slot.
+type spinAction int
+
+const (
+	spinGosched spinAction = iota // yield to this process's goroutines only
+	spinOSYield                   // give the CPU to any runnable thread
+	spinPark                      // stop spinning: park until rung
+)
+
+// spinStep is the waiting policy's step i. A waiter that may use several
+// CPUs keeps its CPU (Gosched only) until its budget runs out. A waiter
+// confined to one CPU spins only to let the holder, which needs that very
+// CPU, run once: it yields to the OS once and then parks. More yields do not
+// help it and cost it its share of the CPU: on this kernel (EEVDF, Linux
+// 6.18) a sched_yield forfeits the rest of the yielder's time slice, so a
+// process that yields ten times per wait runs far less than one that sleeps
+// (BenchmarkYieldShare; docs/design.md §4).
+func spinStep(i int, oneCPU bool) spinAction {
+	switch {
+	case !oneCPU:
+		return spinGosched
+	case i == 0:
+		return spinGosched // our own goroutines first: the holder may be one
+	case i == 1:
+		return spinOSYield
+	}
+	return spinPark
+}
+
+// spinWindow bounds how many of a Manager's requests spin at once on
+// arrival (and an arrival spins only while fewer than spinWindow of its
+// Manager's requests wait: arrivalSpins); the others park at once, and each
+// is readied when it becomes the head of its name's queue, one grant ahead
+// of its turn (wakeAhead; for a request of the releaser's own Manager the
+// ring is a call, not a syscall). More spinners than Ps make every
+// spinner's Gosched a trip through the runtime's run queues and keep the
+// holder, often a goroutine of the same process, off a P: with 64
+// goroutines of one process on one name, 80% of the CPU went to
+// goschedImpl. 4 leaves the rows that did well with every waiter spinning
+// (1 x 4, 2 x 4, 8 x 2: at most 3 waiting per process) as they were
+// (docs/design.md §4).
+const spinWindow = 4
+
+// takeSpinPlace takes one of the spinWindow places of this Manager's
+// spinning requests, if one is free.
+func (m *Manager) takeSpinPlace() bool {
+	for {
+		n := m.spinners.Load()
+		if n >= spinWindow {
+			return false
+		}
+		if m.spinners.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestArrivalSpins: a request that joins a queue may spin while fewer than
+// spinWindow requests of its Manager wait, asleep or spinning, and sleeps
+// at once from then on.
+func TestArrivalSpins(t *testing.T) {
+	for _, c := range []struct {
+		parked   uint32
+		spinners int32
+		want     bool
+	}{
+		{0, 0, true},
+		{1, 0, true}, // a sibling asleep after a stall: the arrival still spins
+		{0, 3, true},
+		{1, 2, true},
+		{2, 2, false},
+		{0, spinWindow, false},
+		{60, 0, false}, // 64 goroutines of one process: far behind its siblings
+		{1 << 31, 1 << 30, false},
+	} {
+		require.Equal(t, c.want, arrivalSpins(c.parked, c.spinners), "%+v", c)
+	}
+}
+
+// TestYieldOutsideQueue: a Manager due to give its CPU away does so
+// while the table has more agents than this process has CPUs, or while
+// none of its requests waits; not when both its requests wait and the
+// lockers fit on the CPUs. The agent count is read again after 100 ms
+// (here: forced) as agents come and go.
+func TestYieldOutsideQueue(t *testing.T) {
+	require.False(t, yieldsOutsideQueue(2, 2, true))
+	require.True(t, yieldsOutsideQueue(2, 2, false))
+	require.True(t, yieldsOutsideQueue(3, 2, true))
+	require.True(t, yieldsOutsideQueue(3, 2, false))
+	require.False(t, yieldsOutsideQueue(1, 64, true))
+
+	cpus := min(cpusAllowed(), runtime.GOMAXPROCS(0))
+	path := tablePath(t)
+	m := openM(t, path, nil)
+	refresh := func() int32 { m.cpuAt.Store(0); m.refreshView(); return m.agents.Load() }
+	require.Equal(t, int32(1), refresh())
+	require.Equal(t, int32(cpus), m.usable.Load())
+
+	// yielded reports whether yieldNow gave the CPU away, with the Manager
+	// due and waiting (a request of it queued) or not.
+	yielded := func(waiting bool) bool {
+		if waiting {
+			m.spinners.Add(1) // as a spinning request of ours does
+			defer m.spinners.Add(-1)
+		}
+		m.lastYield.Store(m.mono() - 2*int64(yieldEvery)) // due
+		before := m.lastYield.Load()
+		m.yieldNow()
+		return m.lastYield.Load() != before
+	}
+	require.True(t, yielded(false), "nothing of ours waits: yield")
+	require.Equal(t, 1 > cpus, yielded(true), "one agent, %d CPUs, a request of ours waits", cpus)
+
+	// One agent more than CPUs: yield even with a request of ours waiting.
+	others := make([]*Manager, 0, cpus)
+	for range cpus {
+		others = append(others, openM(t, path, nil))
+	}
+	require.Equal(t, int32(cpus+1), refresh())
+	require.True(t, yielded(true), "%d agents, %d CPUs", cpus+1, cpus)
+
+	// The request path: a contended request of a due Manager yields before
+	// it queues (lastYield moves) on this crowded table.
+	h, err := others[0].Acquire(ctxT(t, eventually), "n", RequestOptions{})
+	require.NoError(t, err)
+	m.lastYield.Store(m.mono() - 2*int64(yieldEvery))
+	before := m.lastYield.Load()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	_, err = m.Acquire(ctx, "n", RequestOptions{})
+	cancel()
+	require.True(t, errors.Is(err, ErrAborted), "%v", err)
+	require.NotEqual(t, before, m.lastYield.Load(), "crowded: the request yields before it queues")
+	require.NoError(t, h.Release())
+
+	for _, o := range others {
+		require.NoError(t, o.Close())
+	}
+	require.Equal(t, int32(1), refresh(), "closed agents are not counted")
+}
