@@ -77,16 +77,17 @@ func (m *Manager) onOneCPU() bool {
 // refreshView looks up, at most every 100 ms, what the policy needs of the
 // machine: the CPUs this process may use (its affinity; for yieldNow also
 // bounded by GOMAXPROCS, which Go derives from the cgroup's CPU quota) and
-// how many agents the table has.
+// how many agents the table has (counted up to one more than those CPUs).
 func (m *Manager) refreshView() {
 	now := m.mono()
 	if at := m.cpuAt.Load(); at != 0 && now-at <= int64(100*time.Millisecond) {
 		return
 	}
 	cpus := cpusAllowed()
+	usable := min(cpus, runtime.GOMAXPROCS(0))
 	m.cpus.Store(int32(cpus))
-	m.usable.Store(int32(min(cpus, runtime.GOMAXPROCS(0))))
-	m.agents.Store(int32(m.t.LiveAgents()))
+	m.usable.Store(int32(usable))
+	m.agents.Store(int32(m.t.LiveAgents(usable + 1))) // enough to tell agents > usable
 	m.cpuAt.Store(now | 1)
 }
 

@@ -300,12 +300,13 @@ type AgentInfo struct {
 }
 
 // LiveAgents counts the agent records registered and alive (as far as the
-// table knows: a dead process's record counts until it is reaped), without
-// allocating. A hint for the waiting policy: how many processes may want
-// the CPUs to run their lock operations.
-func (t *Table) LiveAgents() int {
+// table knows: a dead process's record counts until it is reaped), up to
+// atMost (it stops there; atMost <= 0: no bound), without allocating. A
+// hint for the waiting policy: how many processes may want the CPUs to run
+// their lock operations. It reads every agent record in the worst case.
+func (t *Table) LiveAgents(atMost int) int {
 	n := 0
-	for idx := uint32(0); idx < uint32(t.l.MaxAgents); idx++ {
+	for idx := uint32(0); idx < uint32(t.l.MaxAgents) && (atMost <= 0 || n < atMost); idx++ {
 		if wordState(atomic.LoadUint64(t.u64(t.agentOff(idx)+agWord))) == AgentAlive {
 			n++
 		}

@@ -67,3 +67,23 @@ func TestGrantRingsOnlySleepingRequests(t *testing.T) {
 		require.NoError(t, tb.Check(holder))
 	}
 }
+
+// TestLiveAgents: the waiting policy's count of live agents counts
+// registered records only, stops at its bound, and drops a deregistered
+// agent.
+func TestLiveAgents(t *testing.T) {
+	tb := newTestTable(t, Geometry{MaxResources: 8, MaxRequests: 16, MaxAgents: 8, MaxNameLen: 16})
+	require.Zero(t, tb.LiveAgents(0))
+	var as []*Agent
+	for pid := 201; pid < 204; pid++ {
+		a, err := tb.Register(Identity{PID: pid, Start: 7, Boot: selfIdentity.Boot}, uint64(pid))
+		require.NoError(t, err)
+		as = append(as, a)
+	}
+	require.Equal(t, 3, tb.LiveAgents(0))
+	require.Equal(t, 3, tb.LiveAgents(5))
+	require.Equal(t, 2, tb.LiveAgents(2), "stops at its bound")
+	var w Wakes
+	require.NoError(t, tb.Deregister(as[1], &w))
+	require.Equal(t, 2, tb.LiveAgents(0))
+}
