@@ -373,7 +373,7 @@ func (m *Manager) removeWaiter(w *waiter) {
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
 	done := ctx.Done()
 	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: make(chan struct{}, 1)}
-	if m.spin > 0 && arrivalSpins(atomic.LoadUint32(m.a.Parked()), m.spinners.Load()) && m.takeSpinPlace() {
+	if m.spin > 0 && m.arrivalMaySpin() && m.takeSpinPlace() {
 		// A request parks at once when spinWindow requests of its Manager
 		// spin already, or when one of them sleeps: that one is ahead of
 		// it in some queue, and a place is better spent on it when its

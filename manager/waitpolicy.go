@@ -93,17 +93,33 @@ func (m *Manager) refreshView() {
 
 // arrivalSpins reports whether a request that has just joined a queue may
 // spin (if it also gets one of the spinWindow places), given how many of
-// its Manager's requests sleep (parked) and spin (spinners) now. While
-// spinWindow or more of them wait, an arrival sleeps at once: it is behind
-// them in some queue (with 64 goroutines of one process on one name,
-// letting it spin when a place was free kept goschedImpl at 28% of the
-// CPU), and it is readied one grant ahead of its turn. With fewer waiting
-// it spins even if one of them sleeps (a sibling that parked after a stall
-// of its name): parking it too left 8 processes x 2 goroutines, and 2 x 4,
-// with every request asleep and each grant waiting for a wake-up (8 x 2:
-// 0.08x flock's ops/s, 0.22-0.74x with this rule; docs/experiments.md).
-func arrivalSpins(parked uint32, spinners int32) bool {
-	return int64(parked)+int64(spinners) < spinWindow
+// its Manager's requests sleep (parked) and spin (spinners) now, and
+// whether the table has more agents than this process has CPUs (crowded).
+// Behind spinWindow or more of its own waiting requests, an arrival sleeps
+// at once: it is far from its turn (with 64 goroutines of one process on
+// one name, letting it spin when a place was free kept goschedImpl at 28%
+// of the CPU), and it is readied one grant ahead of its turn. With fewer
+// waiting it spins even if one of them sleeps (a sibling that parked after
+// a stall of its name): parking it too left 2 processes x 4 goroutines with
+// every request asleep and each grant waiting for a wake-up. On a crowded
+// table the CPUs are what the other processes' holders and next requests
+// need, so an arrival spins only while at most one request of its Manager
+// waits (4 x 4 on 2 vCPUs: 0.030x flock's ops/s with the uncrowded bound,
+// 0.046x with this one; 8 x 2, one waiting sibling at most, unchanged).
+// docs/experiments.md has the measurements.
+func arrivalSpins(parked uint32, spinners int32, crowded bool) bool {
+	limit := int64(spinWindow)
+	if crowded {
+		limit = 2
+	}
+	return int64(parked)+int64(spinners) < limit
+}
+
+// arrivalMaySpin is arrivalSpins for this Manager now. It reads the view
+// of the machine as last refreshed (every spin and every due yield refresh
+// it; never refreshed: not crowded), so that an arrival reads no clock.
+func (m *Manager) arrivalMaySpin() bool {
+	return arrivalSpins(atomic.LoadUint32(m.a.Parked()), m.spinners.Load(), m.agents.Load() > m.usable.Load())
 }
 
 // spinLooksOnly reports whether a spinning request may look at its slot

@@ -12,23 +12,31 @@ import (
 
 // TestArrivalSpins: a request that joins a queue may spin while fewer than
 // spinWindow requests of its Manager wait, asleep or spinning, and sleeps
-// at once from then on.
+// at once from then on; on a table with more agents than CPUs, while at
+// most one waits.
 func TestArrivalSpins(t *testing.T) {
 	for _, c := range []struct {
 		parked   uint32
 		spinners int32
+		crowded  bool
 		want     bool
 	}{
-		{0, 0, true},
-		{1, 0, true}, // a sibling asleep after a stall: the arrival still spins
-		{0, 3, true},
-		{1, 2, true},
-		{2, 2, false},
-		{0, spinWindow, false},
-		{60, 0, false}, // 64 goroutines of one process: far behind its siblings
-		{1 << 31, 1 << 30, false},
+		{0, 0, false, true},
+		{1, 0, false, true}, // a sibling asleep after a stall: the arrival still spins
+		{0, 3, false, true},
+		{1, 2, false, true},
+		{2, 2, false, false},
+		{0, spinWindow, false, false},
+		{60, 0, false, false}, // 64 goroutines of one process: far behind its siblings
+		{1 << 31, 1 << 30, false, false},
+		{0, 0, true, true},
+		{1, 0, true, true}, // 8 x 2: the one sibling waits
+		{0, 1, true, true},
+		{1, 1, true, false}, // 4 x 4: two of ours ahead
+		{0, 2, true, false},
+		{60, 0, true, false},
 	} {
-		require.Equal(t, c.want, arrivalSpins(c.parked, c.spinners), "%+v", c)
+		require.Equal(t, c.want, arrivalSpins(c.parked, c.spinners, c.crowded), "%+v", c)
 	}
 }
 
