@@ -255,7 +255,9 @@ func (l *Lock) release(word uint64) error {
 			// preempt this process at a worse moment (see Manager.wait).
 			// Once per yieldCheckOps grants of a name (by its fencing
 			// token) keeps the clock off the fast path.
-			m.yieldNow()
+			if m.shouldYield() {
+				m.yieldIfDue()
+			}
 		}
 		return nil
 	case m.closed.Load():

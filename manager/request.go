@@ -209,9 +209,9 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 		// waiter, not on one the kernel has to schedule first). Not when
 		// the table has no more agents than we have CPUs while another
 		// request of ours waits (yieldsOutsideQueue, waitpolicy.go).
-		if m.spin > 0 && m.yieldDue() {
+		if m.spin > 0 && m.shouldYield() {
 			m.leave()
-			m.yieldNow()
+			m.yieldIfDue()
 			if !m.enter() {
 				return table.Ref{}, 0, ErrClosed
 			}
@@ -348,9 +348,10 @@ func (m *Manager) removeWaiter(w *waiter) {
 
 // wait blocks until ref is granted, ctx ends or the Manager closes.
 //
-// A queued request first spins on its own slot word, if fewer than
-// spinWindow requests of its Manager spin and none of them sleeps (else it
-// parks at once: the two-level queue of docs/design.md §4). It keeps its CPU
+// A queued request first spins on its own slot word, if one of its
+// Manager's spinWindow places is free and few of its Manager's requests
+// wait (arrivalSpins; else it parks at once: the two-level queue of
+// docs/design.md §4). It keeps its CPU
 // while it spins (it yields only to the goroutines of its own process):
 // a waiter that gave its CPU to the kernel would be off it when its turn
 // comes, and every later grant would wait for a process to be scheduled
@@ -375,12 +376,10 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: make(chan struct{}, 1)}
 	if m.spin > 0 && m.arrivalMaySpin() && m.takeSpinPlace() {
 		// A request parks at once when spinWindow requests of its Manager
-		// spin already, or when one of them sleeps: that one is ahead of
-		// it in some queue, and a place is better spent on it when its
-		// turn approaches (it is readied one grant ahead, wakeAhead; for a
-		// request of the releaser's own Manager that costs no syscall)
-		// than on an arrival at the tail, which would spin through every
-		// grant before its own.
+		// spin already, or when several of its requests wait (they are
+		// ahead of it in some queue: arrivalSpins), and is readied one
+		// grant ahead of its turn (wakeAhead; for a request of the
+		// releaser's own Manager that costs no syscall).
 		w.spun.Store(m.t.IsHead(m.a, ref))
 		if token, err, over := m.spinHead(ctx, done, name, ref, true); over {
 			return token, err

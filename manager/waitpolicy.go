@@ -51,19 +51,18 @@ func yieldsOutsideQueue(agents, cpus int, waiting bool) bool {
 	return agents > cpus || !waiting
 }
 
-// yieldNow gives the CPU away if this Manager is due (yieldIfDue) and
-// yieldsOutsideQueue says so. Called between a release and the next
-// request, and by a request that found its name taken, before it queues;
-// never while a lock is held or a request of the caller is queued.
-func (m *Manager) yieldNow() {
+// shouldYield reports whether this Manager is due to give its CPU away
+// (yieldDue) and yieldsOutsideQueue says it should. Asked between a
+// release and the next request, and by a request that found its name
+// taken, before it queues (never while the caller holds or is queued);
+// the caller then yields with yieldIfDue.
+func (m *Manager) shouldYield() bool {
 	if !m.yieldDue() {
-		return
+		return false
 	}
 	m.refreshView()
 	waiting := atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
-	if yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting) {
-		m.yieldIfDue()
-	}
+	return yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting)
 }
 
 // onOneCPU reports whether this process may run on a single CPU only (then
@@ -75,7 +74,7 @@ func (m *Manager) onOneCPU() bool {
 }
 
 // refreshView looks up, at most every 100 ms, what the policy needs of the
-// machine: the CPUs this process may use (its affinity; for yieldNow also
+// machine: the CPUs this process may use (its affinity; for shouldYield also
 // bounded by GOMAXPROCS, which Go derives from the cgroup's CPU quota) and
 // how many agents the table has (counted up to one more than those CPUs).
 func (m *Manager) refreshView() {

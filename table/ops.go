@@ -253,8 +253,8 @@ func (t *Table) Status(a *Agent, r Ref) (state uint8, token uint64, ok bool) {
 // MarkParked sets or clears the park mark of waiting request r (its
 // owner's goroutine is about to sleep, or is awake again). A grant, or the
 // wake-ahead of a new queue head, rings the request's agent's doorbell only
-// while the mark is set (ringIfAsleep). The owner sets it before its last look at its
-// slot word (sequentially consistent atomics on both sides).
+// while the mark is set (ringIfAsleep). The owner sets it before its last
+// look at its slot word (sequentially consistent atomics on both sides).
 func (t *Table) MarkParked(r Ref, parked bool) {
 	if r.Slot >= uint32(t.l.MaxRequests) {
 		return // reserved slots never wait
@@ -767,8 +767,7 @@ func (t *Table) wakeAhead(e uint32, w *Wakes) {
 // sees its slot word change by itself: ringing it would cost a datagram and
 // wake a thread of its process for nothing. (Skipping the bell bump too
 // measured 20-30% fewer ops/s with 8 processes, one goroutine each, empty
-// sections: docs/experiments.md.) For a
-// grant no wake-up is lost: markHeld's atomic store of the slot word comes
+// sections: docs/experiments.md.) For a grant no wake-up is lost: markHeld's atomic store of the slot word comes
 // before this load of the mark, and the waiter stores its mark before it
 // looks at its slot word, so one of the two sees the other. The wake-ahead
 // is a hint: a missed one only means the request is woken by its grant.
