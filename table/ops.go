@@ -17,20 +17,49 @@ type Ref struct {
 // Wakes collects the agents to notify after a table operation: those that
 // were granted a request and those whose holds were stolen. The caller
 // delivers them (Deliver) after the latch is released.
+//
+// It also keeps the slots of up to two sleeping requests that were
+// granted or made the head of their queue (ringIfAsleep; a grant and the
+// wake-ahead of the next head), so that DeliverLocal can poke a request of
+// the caller's own agent directly, without its bell and without a scan of
+// its waiters.
 type Wakes struct {
 	n        int
 	agents   [8]uint32
 	steals   uint8
 	quiet    uint8 // agents[i] only needs its bell bumped: every request of it in w spins
+	other    uint8 // agents[i] was noted for more than a grant or a headship (a steal, a watch, a reap), or for a sleeper sleepers could not keep
+	nsleep   uint8
+	sleepers [2]struct{ agent, slot uint32 } // sleeping requests granted or made the head
 	all      bool
 	allSteal bool
 }
 
-func (w *Wakes) add(agent uint32, steal bool) { w.addAgent(agent, steal, false) }
+func (w *Wakes) add(agent uint32, steal bool) {
+	if i := w.addAgent(agent, steal, false); i >= 0 {
+		w.other |= 1 << i
+	}
+}
 
-// addAgent notes agent; quiet: only because a request of it that spins was
+// addSleeper notes agent for its sleeping request at slot s, granted or
+// made the head of its queue.
+func (w *Wakes) addSleeper(agent, s uint32) {
+	i := w.addAgent(agent, false, false)
+	if i < 0 {
+		return
+	}
+	if k := w.nsleep; k < uint8(len(w.sleepers)) {
+		w.sleepers[k].agent, w.sleepers[k].slot = agent, s
+		w.nsleep = k + 1
+	} else {
+		w.other |= 1 << i
+	}
+}
+
+// addAgent notes agent and returns its index in w.agents (-1 once w has
+// overflowed to all); quiet: only because a request of it that spins was
 // granted or made the head (its bell is bumped, its doorbell not rung).
-func (w *Wakes) addAgent(agent uint32, steal, quiet bool) {
+func (w *Wakes) addAgent(agent uint32, steal, quiet bool) int {
 	for i := 0; i < w.n; i++ {
 		if w.agents[i] == agent {
 			if steal {
@@ -39,13 +68,13 @@ func (w *Wakes) addAgent(agent uint32, steal, quiet bool) {
 			if !quiet {
 				w.quiet &^= 1 << i
 			}
-			return
+			return i
 		}
 	}
 	if w.n == len(w.agents) {
 		w.all = true
 		w.allSteal = w.allSteal || steal
-		return
+		return -1
 	}
 	w.agents[w.n] = agent
 	if steal {
@@ -55,6 +84,7 @@ func (w *Wakes) addAgent(agent uint32, steal, quiet bool) {
 		w.quiet |= 1 << w.n
 	}
 	w.n++
+	return w.n - 1
 }
 
 // Empty reports whether there is nobody to notify.
@@ -64,6 +94,22 @@ func (w *Wakes) Empty() bool { return w.n == 0 && !w.all }
 // sequence for steals) and calls ring for each one that has parked
 // goroutines or was stolen from (ring nil: the table's ringer). w is reset.
 func (t *Table) Deliver(w *Wakes, ring func(agent uint32, nonce uint64)) {
+	t.DeliverLocal(w, noAgent, nil, ring)
+}
+
+// noAgent is an agent index no table has.
+const noAgent = ^uint32(0)
+
+// DeliverLocal is Deliver for a caller that is agent self and can wake its
+// own requests by slot: when self is in w only because requests of it were
+// granted or made the head of their queue, its bell is not bumped and
+// poke is called with the slot of each such request that sleeps (a
+// request that spins sees its slot word change by itself). A hand-off
+// between two requests of one process thus reaches the next one without
+// the bell, a scan of the process's waiters or a syscall. The wake-up is
+// not lost: the granter reads a request's park mark after it stored the
+// grant, and the waiter is findable by poke before it sets its mark.
+func (t *Table) DeliverLocal(w *Wakes, self uint32, poke func(slot uint32), ring func(agent uint32, nonce uint64)) {
 	if w.Empty() {
 		return
 	}
@@ -80,6 +126,14 @@ func (t *Table) Deliver(w *Wakes, ring func(agent uint32, nonce uint64)) {
 		}
 	} else {
 		for i := 0; i < w.n; i++ {
+			if w.agents[i] == self && poke != nil && w.other&(1<<i) == 0 && w.steals&(1<<i) == 0 {
+				for k := uint8(0); k < w.nsleep; k++ {
+					if w.sleepers[k].agent == self {
+						poke(w.sleepers[k].slot)
+					}
+				}
+				continue
+			}
 			t.ring(w.agents[i], w.steals&(1<<i) != 0, w.quiet&(1<<i) != 0, ring)
 		}
 	}
@@ -773,7 +827,12 @@ func (t *Table) wakeAhead(e uint32, w *Wakes) {
 // is a hint: a missed one only means the request is woken by its grant.
 func (t *Table) ringIfAsleep(s uint32, w *Wakes) {
 	so := t.slotOff(s)
-	w.addAgent(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), false, atomic.LoadUint32(t.u32(so+slPark)) == 0)
+	agent := wordAgent(atomic.LoadUint64(t.u64(so + slWord)))
+	if atomic.LoadUint32(t.u32(so+slPark)) == 0 {
+		w.addAgent(agent, false, true)
+	} else {
+		w.addSleeper(agent, s)
+	}
 }
 
 // processQueue grants the head of e's queue while it is compatible with the

@@ -87,3 +87,100 @@ func TestLiveAgents(t *testing.T) {
 	require.NoError(t, tb.Deregister(as[1], &w))
 	require.Equal(t, 2, tb.LiveAgents(0))
 }
+
+// TestDeliverLocal: a release by an agent that grants to (and makes the
+// head) sleeping requests of its own agent pokes them by slot, in the
+// order granted, with neither a bell bump nor a ring; a request of another
+// agent in the same Wakes is rung as by Deliver; a steal, or more sleepers
+// than Wakes keeps, falls back to the bell and the ring.
+func TestDeliverLocal(t *testing.T) {
+	tb := newTestTable(t, Geometry{MaxResources: 8, MaxRequests: 16, MaxAgents: 4, MaxNameLen: 16})
+	reg := func(pid int) *Agent {
+		a, err := tb.Register(Identity{PID: pid, Start: 7, Boot: selfIdentity.Boot}, uint64(pid))
+		require.NoError(t, err)
+		return a
+	}
+	self, other := reg(301), reg(302)
+	atomic.StoreUint32(self.Parked(), 1)
+	atomic.StoreUint32(other.Parked(), 1)
+	h := Hash("n")
+	var w Wakes
+	acquire := func(a *Agent, mode uint32, want Outcome) Ref {
+		r, out, _, err := tb.Acquire(a, "n", h, mode, false, false, &w)
+		require.NoError(t, err)
+		require.Equal(t, want, out)
+		if out == Queued {
+			tb.MarkParked(r, true)
+		}
+		return r
+	}
+	var pokes, rings []uint32
+	deliver := func() (selfBell, otherBell uint32) {
+		pokes, rings = nil, nil
+		sb, ob := atomic.LoadUint32(self.Bell()), atomic.LoadUint32(other.Bell())
+		tb.DeliverLocal(&w, self.Idx, func(s uint32) { pokes = append(pokes, s) },
+			func(agent uint32, _ uint64) { rings = append(rings, agent) })
+		require.True(t, w.Empty(), "w is reset")
+		return atomic.LoadUint32(self.Bell()) - sb, atomic.LoadUint32(other.Bell()) - ob
+	}
+
+	// Own requests only: the grant of a and the wake-ahead of b, both asleep.
+	held := acquire(self, ModeExclusive, Granted)
+	a, b := acquire(self, ModeExclusive, Queued), acquire(self, ModeExclusive, Queued)
+	require.NoError(t, tb.Release(self, held, &w))
+	sb, _ := deliver()
+	require.Equal(t, []uint32{a.Slot, b.Slot}, pokes)
+	require.Empty(t, rings)
+	require.Zero(t, sb, "a local hand-off does not bump the bell")
+
+	// The next grant is another agent's sleeping request: rung as by Deliver.
+	c := acquire(other, ModeExclusive, Queued)
+	require.NoError(t, tb.Release(self, a, &w)) // grants b (ours), c becomes the head
+	sb, ob := deliver()
+	require.Equal(t, []uint32{b.Slot}, pokes)
+	require.Equal(t, []uint32{other.Idx}, rings)
+	require.Zero(t, sb)
+	require.Equal(t, uint32(1), ob)
+
+	// A spinning request of ours (park mark clear) needs no poke at all.
+	require.NoError(t, tb.Release(self, b, &w)) // grants c (other's)
+	deliver()
+	d := acquire(self, ModeExclusive, Queued)
+	tb.MarkParked(d, false)
+	require.NoError(t, tb.Release(other, c, &w)) // grants d, spinning
+	sb, _ = deliver()
+	require.Empty(t, pokes)
+	require.Empty(t, rings)
+	require.Zero(t, sb)
+
+	// Three sleeping shared requests of ours granted at once: more than
+	// Wakes keeps, so the bell and the ring (the Manager's scan) take over.
+	var shared []Ref
+	for range 3 {
+		shared = append(shared, acquire(self, ModeShared, Queued))
+	}
+	require.NoError(t, tb.Release(self, d, &w))
+	sb, _ = deliver()
+	require.Empty(t, pokes)
+	require.Equal(t, []uint32{self.Idx}, rings)
+	require.Equal(t, uint32(1), sb)
+
+	// A steal from us is never delivered as a poke.
+	for _, r := range shared {
+		require.NoError(t, tb.Release(self, r, &w))
+	}
+	deliver()
+	e := acquire(self, ModeExclusive, Granted)
+	_, out, _, err := tb.Acquire(other, "n", h, ModeExclusive, false, true, &w)
+	require.NoError(t, err)
+	require.Equal(t, Granted, out)
+	sb, _ = deliver()
+	require.Empty(t, pokes)
+	require.Equal(t, []uint32{self.Idx}, rings)
+	require.Equal(t, uint32(1), sb)
+	require.Equal(t, uint32(1), atomic.LoadUint32(self.StealSeq()))
+	st, _, ok := tb.Status(self, e)
+	require.True(t, ok)
+	require.EqualValues(t, SlotStolen, st)
+	require.NoError(t, tb.Check(self))
+}
