@@ -61,7 +61,7 @@ import (
 const DefaultDeadlockDelay = time.Second
 
 // deadlockState is a Manager's bookkeeping of its rounds. Its requests are
-// found in the Manager's registry of parked waiters (Manager.waiters), and
+// found in the Manager's registry of parked waiters (Manager.queues), and
 // each one's state is in its waiter (waiterDeadlock): a park costs no
 // allocation, no second lock and no clock read for detection. All fields
 // are guarded by Manager.mu, which a park holds anyway to register its
@@ -116,7 +116,7 @@ func (m *Manager) tagCarried(w *waiter, holds []table.Ref) {
 	// untagged: cycles through them go unseen; the wait reports it.
 	var wk table.Wakes
 	m.t.TagHolds(m.a, holds, table.TaskTag(w.ref), &wk)
-	m.t.Deliver(&wk, m.ringFn)
+	m.deliver(&wk)
 	m.leave()
 	w.dl.tagged = holds
 }
@@ -130,7 +130,7 @@ func (m *Manager) untagCarried(w *waiter) {
 	table.Guard(func() error {
 		var wk table.Wakes
 		_, err := m.t.TagHolds(m.a, w.dl.tagged, 0, &wk)
-		m.t.Deliver(&wk, m.ringFn)
+		m.deliver(&wk)
 		return err
 	})
 }
@@ -154,7 +154,7 @@ func (m *Manager) checkDeadlock(ctx context.Context, name string, w *waiter) (to
 	var wk table.Wakes
 	out, token, err := m.t.Abort(m.a, ref, &wk)
 	if !wk.Empty() {
-		m.t.Deliver(&wk, m.ringFn)
+		m.deliver(&wk)
 	}
 	m.leave()
 	if err == nil && out == table.Granted {
@@ -178,11 +178,11 @@ func (m *Manager) deadlockRound() {
 	var ws []*waiter
 	m.mu.Lock()
 	m.dl.epoch++
-	for _, w := range m.waiters {
+	m.eachWaiter(func(w *waiter) {
 		if w.dl.due <= m.dl.epoch && w.dl.verdict.Load() == nil {
 			ws = append(ws, w)
 		}
-	}
+	})
 	m.mu.Unlock()
 	if len(ws) > 0 {
 		// A table error (a latch held too long, corruption) skips this
@@ -190,7 +190,7 @@ func (m *Manager) deadlockRound() {
 		table.Guard(func() error { return m.checkRound(ws) })
 	}
 	m.mu.Lock()
-	if len(m.waiters) > 0 && !m.closed.Load() {
+	if m.nwait > 0 && !m.closed.Load() {
 		m.dl.timer.Reset(m.deadlock / 2)
 	} else {
 		m.dl.armed = false

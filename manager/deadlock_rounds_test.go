@@ -77,7 +77,7 @@ func requireRoundsStopped(t *testing.T, m *Manager) {
 	require.Eventually(t, func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		return !m.dl.armed && len(m.waiters) == 0
+		return !m.dl.armed && m.nwait == 0
 	}, eventually, time.Millisecond, "the rounds did not stop with nothing parked")
 }
 

@@ -22,13 +22,16 @@
 //	 ctx)        the bucket    ours at once;     ▲                         │
 //	             latch)        else park)        │                         │
 //	                                             └── bell loop ◀── doorbell ◀─┘ (granter's byte;
-//	                                                   (netpoller)   our own grants: a call, no byte)
+//	                                                   (netpoller)   our own sleepers: poked by slot,
+//	                                                                 no byte, no bell: pokeSlot)
 //	                                                 watcher: pidfds of the other agents → reap the dead
 //
 // Many goroutines of one process on one name form the local level of a
 // two-level queue: the Manager keeps its requests per name in queue order,
 // at most spinWindow of them spin, and the others are readied one grant
-// ahead of their turn; the table's queue alone decides grants, so FIFO per
+// ahead of their turn, by the releaser itself when it is a goroutine of
+// the same Manager (table.DeliverLocal hands it the slot to poke: no
+// syscall, no bell, no scan); the table's queue alone decides grants, so FIFO per
 // request holds across processes (docs/design.md §4, "Many requests per
 // process"). The waiting policy (waitpolicy.go) decides only who burns a
 // CPU: a process yields its CPU outside the queue (so that queues are made

@@ -287,7 +287,7 @@ func (m *Manager) tableRelease(ref table.Ref) (err error) {
 	var w table.Wakes
 	err = m.t.Release(m.a, ref, &w)
 	if !w.Empty() {
-		m.t.Deliver(&w, m.ringFn)
+		m.deliver(&w)
 	}
 	return err
 }

@@ -93,14 +93,16 @@ type Manager struct {
 	held registry  // our granted locks whose loss is watched, by slot
 	obs  observers // our watches of names (WaitUnlocked, Watch), by slot: observe.go
 
-	mu      sync.Mutex
-	waiters map[uint32]*waiter   // our parked requests, by slot
-	queues  map[string]*waitList // the same, per name in queue order
+	mu     sync.Mutex
+	nwait  int                  // our parked requests (in queues)
+	bySlot slotIndex[waiter]    // the same by slot, read without mu (pokeSlot)
+	queues map[string]*waitList // the same, per name in queue order
 
 	bell      *doorbell
 	watch     *watcher
 	ringFn    func(agent uint32, nonce uint64)
-	faultFn   func() // m.noteFault, bound once (EndGuard's onFault)
+	pokeFn    func(slot uint32) // pokeSlot
+	faultFn   func()            // m.noteFault, bound once (EndGuard's onFault)
 	stopOnce  sync.Once
 	bg        sync.WaitGroup
 	lastBell  atomic.Uint32
@@ -165,7 +167,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		born:     time.Now(),
 		closing:  make(chan struct{}),
 		held:     newRegistry(t.Slots()),
-		waiters:  map[uint32]*waiter{},
+		bySlot:   newSlotIndex[waiter](t.Slots()),
 		queues:   map[string]*waitList{},
 		clientID: ClientIDOf(nonce),
 	}
@@ -184,6 +186,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		return nil, fmt.Errorf("open %s: doorbell: %w", path, err)
 	}
 	m.ringFn = m.ring
+	m.pokeFn = m.pokeSlot
 	m.faultFn = m.noteFault
 	t.SetRinger(m.ringFn)
 	err = table.Guard(func() error {
@@ -195,6 +198,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		var w table.Wakes
 		_, err = t.ReapDead(m.a, &w)
 		t.Deliver(&w, m.ringFn)
+		m.refreshView(m.mono()) // the waiting policy's first view of the machine (waitpolicy.go)
 		if err == nil && t.StaleBoot() {
 			t.MarkBoot()
 		}
@@ -269,6 +273,11 @@ func (m *Manager) Close() error {
 		return m.closeBackend()
 	}
 	close(m.closing)
+	// Wake every parked request: it sees closed at its next look and
+	// returns ErrClosed. (A parked request does not wait on closing: a
+	// channel every parked goroutine selects on is a lock they all take
+	// at every park and wake-up, 6% of the CPU with 64 of them.)
+	m.pokeAll()
 	// A fault on the mapping (the file truncated under us) may have
 	// unwound an operation between enter and leave: the count is then not
 	// to be trusted, so the wait is bounded like the one below.
@@ -293,7 +302,7 @@ func (m *Manager) Close() error {
 	var w table.Wakes
 	err := table.Guard(func() error {
 		err := m.t.Deregister(m.a, &w)
-		m.t.Deliver(&w, m.ringFn)
+		m.deliver(&w)
 		return err
 	})
 	m.held.takeAll(func(l *Lock) { l.markLost(l.state.Load(), lockClosed) })
@@ -326,6 +335,22 @@ func (m *Manager) ring(agent uint32, nonce uint64) {
 	m.bell.ring(nonce)
 }
 
+// deliver delivers w: a sleeping request of this Manager that was granted
+// or made the head is poked directly (pokeSlot), every other agent rung.
+func (m *Manager) deliver(w *table.Wakes) {
+	m.t.DeliverLocal(w, m.a.Idx, m.pokeFn, m.ringFn)
+}
+
+// pokeSlot pokes the parked waiter of ours at slot s, if any. A waiter
+// is indexed before it sets its park mark, and a poke only makes it look
+// at its slot again, so a poke for a waiter that has just left (or for
+// the next request parked at the same slot) costs one look.
+func (m *Manager) pokeSlot(s uint32) {
+	if w := m.bySlot.load(s); w != nil {
+		w.poke()
+	}
+}
+
 // reap reaps every dead agent, delivering the wakes.
 func (m *Manager) reap() error {
 	if !m.enter() {
@@ -335,7 +360,7 @@ func (m *Manager) reap() error {
 	err := table.Guard(func() error {
 		var w table.Wakes
 		n, err := m.t.ReapDead(m.a, &w)
-		m.t.Deliver(&w, m.ringFn)
+		m.deliver(&w)
 		if n > 0 {
 			m.scanWaiters(true) // a dead agent may have granted to us and died before ringing
 		}
@@ -373,7 +398,7 @@ func (m *Manager) reapAgent(idx uint32, dead func() (bool, uint64)) {
 		}
 		var w table.Wakes
 		err := m.t.Reap(m.a, idx, word, &w)
-		m.t.Deliver(&w, m.ringFn)
+		m.deliver(&w)
 		// The dead agent may have granted to us and died before ringing.
 		m.scanWaiters(true)
 		return err

@@ -281,7 +281,7 @@ func (m *Manager) observe(name string, h uint64, mode uint32) (o *observer, err 
 	m.obs.mu.Unlock()
 	var w table.Wakes
 	out, err := m.t.Watch(m.a, ref, name, h, mode, time.Now().UnixNano(), &w)
-	m.t.Deliver(&w, m.ringFn)
+	m.deliver(&w)
 	if err != nil || out != table.WatchLinked {
 		o.linked = false
 		m.drop(o)
@@ -303,7 +303,7 @@ func (o *observer) check(m *Manager) (out table.WatchOutcome, err error) {
 		}
 		var w table.Wakes
 		out, gen, err := m.t.WatchCheck(m.a, o.ref, &w)
-		m.t.Deliver(&w, m.ringFn)
+		m.deliver(&w)
 		o.looks.Add(1)
 		m.obs.looks.Add(1)
 		if err != nil || out == table.WatchRemoved {
@@ -333,7 +333,7 @@ func (m *Manager) unobserve(o *observer) {
 		table.Guard(func() error {
 			var w table.Wakes
 			m.t.Unwatch(m.a, o.ref, &w)
-			m.t.Deliver(&w, m.ringFn)
+			m.deliver(&w)
 			return nil
 		})
 		m.leave()

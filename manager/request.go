@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -160,7 +161,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 		// either Close finds this hold, or we see closed and give it back.
 		ref, token, out := m.t.AcquireFast(m.a, name, h, &w)
 		if !w.Empty() {
-			m.t.Deliver(&w, m.ringFn)
+			m.deliver(&w)
 		}
 		if out == table.Granted {
 			if m.closed.Load() {
@@ -168,7 +169,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 				// held list meanwhile, the release grants the next waiter,
 				// who must be rung.
 				m.t.Release(m.a, ref, &w)
-				m.t.Deliver(&w, m.ringFn)
+				m.deliver(&w)
 				return table.Ref{}, 0, ErrClosed
 			}
 			return ref, token, nil
@@ -223,7 +224,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 		ref, out, token, err = m.t.Acquire(m.a, name, h, uint32(opts.Mode), opts.IfAvailable, opts.Steal, &w)
 	}
 	if !w.Empty() {
-		m.t.Deliver(&w, m.ringFn)
+		m.deliver(&w)
 	}
 	m.leave()
 	if err != nil {
@@ -278,7 +279,7 @@ func (m *Manager) reapHolders(name string, h uint64) bool {
 			}
 		}
 	}
-	m.t.Deliver(&w, m.ringFn)
+	m.deliver(&w)
 	return reaped
 }
 
@@ -303,7 +304,8 @@ type waitList struct{ head, tail *waiter }
 
 // addWaiter registers w (m.mu held), keeping its name's list in queue order.
 func (m *Manager) addWaiter(w *waiter) {
-	m.waiters[w.ref.Slot] = w
+	m.nwait++
+	m.bySlot.store(w.ref.Slot, w)
 	q := m.queues[w.name]
 	if q == nil {
 		q = &waitList{}
@@ -326,9 +328,19 @@ func (m *Manager) addWaiter(w *waiter) {
 	}
 }
 
+// eachWaiter calls f for every parked request of ours (m.mu held).
+func (m *Manager) eachWaiter(f func(w *waiter)) {
+	for _, q := range m.queues {
+		for w := q.head; w != nil; w = w.next {
+			f(w)
+		}
+	}
+}
+
 // removeWaiter unregisters w (m.mu held).
 func (m *Manager) removeWaiter(w *waiter) {
-	delete(m.waiters, w.ref.Slot)
+	m.nwait--
+	m.bySlot.clear(w.ref.Slot, w)
 	q := m.queues[w.name]
 	if w.prev == nil {
 		q.head = w.next
@@ -373,18 +385,20 @@ func (m *Manager) removeWaiter(w *waiter) {
 // wake-up; all the words are sequentially consistent atomics).
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
 	done := ctx.Done()
-	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: make(chan struct{}, 1)}
+	spun := false
 	if m.spin > 0 && m.arrivalMaySpin() && m.takeSpinPlace() {
 		// A request parks at once when spinWindow requests of its Manager
 		// spin already, or when several of its requests wait (they are
 		// ahead of it in some queue: arrivalSpins), and is readied one
 		// grant ahead of its turn (wakeAhead; for a request of the
 		// releaser's own Manager that costs no syscall).
-		w.spun.Store(m.t.IsHead(m.a, ref))
+		spun = m.t.IsHead(m.a, ref)
 		if token, err, over := m.spinHead(ctx, done, name, ref, true); over {
-			return token, err
+			return token, err // no waiter made: most contended requests end here
 		}
 	}
+	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: getPokeChan()}
+	w.spun.Store(spun)
 	m.mu.Lock()
 	m.addWaiter(w)
 	if m.deadlock > 0 {
@@ -394,7 +408,9 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 	parked := m.a.Parked()
 	first := atomic.AddUint32(parked, 1) == 1
 	m.t.MarkParked(ref, true) // before the loop's look at the slot (no lost wake-up)
-	if first || m.watch.stale() {
+	now := m.mono()
+	m.refreshView(now) // the one clock read of a park: the waiting policy's view of the machine
+	if first || m.watch.stale(now) {
 		m.watch.kick() // watch the agents in our way (a refresh per park cost 18% of the CPU at 1 x 64)
 	}
 	if holds := carriedRefs(ctx); len(holds) > 0 {
@@ -404,6 +420,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		m.mu.Lock()
 		m.removeWaiter(w)
 		m.mu.Unlock()
+		putPokeChan(w.ch) // a late poke of w only makes the chan's next waiter look once more
 		if len(w.dl.tagged) > 0 {
 			m.untagCarried(w)
 		}
@@ -458,8 +475,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 			continue
 		}
 		select {
-		case <-w.ch:
-		case <-m.closing:
+		case <-w.ch: // a poke (also Close's: it sets closed first)
 		case <-done:
 		}
 	}
@@ -480,8 +496,9 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		return 0, nil, false // the parking loop reports ErrClosed
 	}
 	defer m.leave() // Close waits at most one spin limit for us
-	start := time.Now()
-	deadline, nextSched := start.Add(m.spin), start.Add(goschedEvery)
+	// The budget starts at the first clock read, after 8 looks: a spin that
+	// ends sooner (most hand-offs) reads no clock.
+	var deadline, nextSched int64
 	progress := m.t.Progress(ref)
 	oneCPU := m.onOneCPU()
 	procs := int32(runtime.GOMAXPROCS(0))
@@ -513,14 +530,18 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 				atomic.LoadUint32(m.a.Parked()) > 0 && m.lastBell.CompareAndSwap(last, bell) {
 				m.scanWaiters(false)
 			}
-			now := time.Now()
+			now := m.mono()
+			if deadline == 0 {
+				deadline, nextSched = now+int64(m.spin), now+int64(goschedEvery)
+				m.refreshView(now)
+			}
 			if p := m.t.Progress(ref); p != progress {
-				progress, deadline = p, now.Add(m.spin)
-			} else if now.After(deadline) {
+				progress, deadline = p, now+int64(m.spin)
+			} else if now > deadline {
 				return 0, nil, false
 			}
-			if lookOnly && now.After(nextSched) {
-				nextSched = now.Add(goschedEvery)
+			if lookOnly && now > nextSched {
+				nextSched = now + int64(goschedEvery)
 				runtime.Gosched()
 			}
 		}
@@ -562,7 +583,7 @@ func (m *Manager) abort(ctx context.Context, name string, ref table.Ref) (uint64
 		err = m.t.Release(m.a, ref, &w)
 	}
 	if !w.Empty() {
-		m.t.Deliver(&w, m.ringFn)
+		m.deliver(&w)
 	}
 	m.leave()
 	return 0, fmt.Errorf("%w: lock %q: %w", ErrAborted, name, ctx.Err())
@@ -609,11 +630,28 @@ func (m *Manager) scanWaiters(all bool) {
 func (m *Manager) pokeAll() {
 	m.pokeObservers()
 	m.mu.Lock()
-	for _, w := range m.waiters {
-		w.poke()
-	}
+	m.eachWaiter(func(w *waiter) { w.poke() })
 	m.mu.Unlock()
 }
+
+// pokeChans recycles the waiters' poke channels (one allocation per park
+// fewer: makechan and the collector's assists were 9% of the CPU with 64
+// goroutines of one process on one name). A channel may be poked after its
+// waiter left (pokeSlot read the waiter just before it left, a deadlock
+// round holds it): the token makes the channel's next waiter look at its
+// slot once more, which every poke may do anyway.
+var pokeChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+func getPokeChan() chan struct{} {
+	ch := pokeChans.Get().(chan struct{})
+	select {
+	case <-ch: // a late poke of its previous waiter
+	default:
+	}
+	return ch
+}
+
+func putPokeChan(ch chan struct{}) { pokeChans.Put(ch) }
 
 // poke asks w's goroutine to look at its slot again.
 func (w *waiter) poke() {

@@ -50,12 +50,12 @@ func TestWaitListOrder(t *testing.T) {
 	m.removeWaiter(ws[3]) // seq 0xffffffff, head
 	m.removeWaiter(ws[4]) // seq 6, tail
 	require.Equal(t, []uint32{0, 3, 5}, listOrder(t, m, "n"))
-	require.Len(t, m.waiters, 3)
+	require.Equal(t, 3, m.nwait)
 	for _, w := range []*waiter{ws[0], ws[1], ws[5]} {
 		m.removeWaiter(w)
 	}
 	require.Empty(t, m.queues)
-	require.Empty(t, m.waiters)
+	require.Zero(t, m.nwait)
 }
 
 // TestParkedWaitersDrainInOrder: 40 parked goroutines of one Manager queued

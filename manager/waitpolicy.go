@@ -56,20 +56,30 @@ func yieldsOutsideQueue(agents, cpus int, waiting bool) bool {
 // release and the next request, and by a request that found its name
 // taken, before it queues (never while the caller holds or is queued);
 // the caller then yields with yieldIfDue.
+//
+// The rule is asked first with the view of the machine as last refreshed,
+// so that the common case of several goroutines of one process on a name
+// (a request of ours waits, the table no more crowded than our CPUs) reads
+// no clock. The view is refreshed every 100 ms by whoever reads the clock
+// anyway: a spinning request, a park, a due yield.
 func (m *Manager) shouldYield() bool {
-	if !m.yieldDue() {
+	waiting := atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
+	if !yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting) {
 		return false
 	}
-	m.refreshView()
-	waiting := atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
+	now := m.mono()
+	if now-m.lastYield.Load() <= int64(yieldEvery) { // not yieldDue
+		return false
+	}
+	m.refreshView(now)
 	return yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting)
 }
 
 // onOneCPU reports whether this process may run on a single CPU only (then
 // a spinning waiter keeps the holder it waits for off the CPU unless it
-// yields), refreshed every 100 ms.
+// yields), as last refreshed (refreshView: at Open, then at most every
+// 100 ms by whoever reads the clock).
 func (m *Manager) onOneCPU() bool {
-	m.refreshView()
 	return m.cpus.Load() == 1
 }
 
@@ -77,8 +87,7 @@ func (m *Manager) onOneCPU() bool {
 // machine: the CPUs this process may use (its affinity; for shouldYield also
 // bounded by GOMAXPROCS, which Go derives from the cgroup's CPU quota) and
 // how many agents the table has (counted up to one more than those CPUs).
-func (m *Manager) refreshView() {
-	now := m.mono()
+func (m *Manager) refreshView(now int64) {
 	if at := m.cpuAt.Load(); at != 0 && now-at <= int64(100*time.Millisecond) {
 		return
 	}

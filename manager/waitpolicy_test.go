@@ -55,7 +55,7 @@ func TestYieldOutsideQueue(t *testing.T) {
 	cpus := min(cpusAllowed(), runtime.GOMAXPROCS(0))
 	path := tablePath(t)
 	m := openM(t, path, nil)
-	refresh := func() int32 { m.cpuAt.Store(0); m.refreshView(); return m.agents.Load() }
+	refresh := func() int32 { m.cpuAt.Store(0); m.refreshView(m.mono()); return m.agents.Load() }
 	require.Equal(t, int32(1), refresh())
 	require.Equal(t, int32(cpus), m.usable.Load())
 

@@ -44,8 +44,8 @@ type watcher struct {
 // refresh, which cost 18% of the CPU with 64 goroutines parking in turn.
 const kickEvery = time.Millisecond
 
-// stale reports whether no refresh started for kickEvery.
-func (w *watcher) stale() bool { return w.m.mono()-w.refreshed.Load() > int64(kickEvery) }
+// stale reports whether no refresh started for kickEvery (now: m.mono()).
+func (w *watcher) stale(now int64) bool { return now-w.refreshed.Load() > int64(kickEvery) }
 
 type watched struct {
 	word   uint64
@@ -93,7 +93,7 @@ func (w *watcher) loop() {
 		case <-tick.C:
 		}
 		w.m.mu.Lock()
-		n := len(w.m.waiters)
+		n := w.m.nwait
 		w.m.mu.Unlock()
 		if n == 0 && !w.m.watching() {
 			continue

@@ -27,7 +27,7 @@ func newWatcher(m *Manager) *watcher {
 }
 
 // stale: the polling watcher's loop is cheap, every park may kick it.
-func (w *watcher) stale() bool { return true }
+func (w *watcher) stale(int64) bool { return true }
 
 func (w *watcher) kick() {
 	select {
@@ -53,7 +53,7 @@ func (w *watcher) loop() {
 		case <-tick.C:
 		}
 		w.m.mu.Lock()
-		n := len(w.m.waiters)
+		n := w.m.nwait
 		w.m.mu.Unlock()
 		if n > 0 || w.m.watching() {
 			w.m.reap()

@@ -47,9 +47,11 @@ func TestYieldPolicyInputs(t *testing.T) {
 	}
 	require.NoError(t, unix.SchedSetaffinity(0, &one))
 	m.cpuAt.Store(0)
+	m.refreshView(m.mono())
 	require.True(t, m.onOneCPU())
 	require.NoError(t, unix.SchedSetaffinity(0, &orig))
 	m.cpuAt.Store(0)
+	m.refreshView(m.mono())
 	require.Equal(t, orig.Count() == 1, m.onOneCPU())
 }
 
