@@ -3,6 +3,7 @@ package table
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -183,4 +184,22 @@ func TestDeliverLocal(t *testing.T) {
 	require.True(t, ok)
 	require.EqualValues(t, SlotStolen, st)
 	require.NoError(t, tb.Check(self))
+}
+
+// TestNowNano: the table's clock follows the wall clock (within what the
+// two reads around it allow) and never runs backwards across its rebase.
+func TestNowNano(t *testing.T) {
+	prev := int64(0)
+	for i := 0; i < 1000; i++ {
+		before := time.Now().UnixNano()
+		got := nowNano()
+		after := time.Now().UnixNano()
+		require.GreaterOrEqual(t, got, before-int64(time.Millisecond), "read %d", i)
+		require.LessOrEqual(t, got, after+int64(time.Millisecond), "read %d", i)
+		require.GreaterOrEqual(t, got, prev, "read %d ran backwards", i)
+		prev = got
+	}
+	clockBase.Store(&wallBase{mono: time.Now().Add(-2 * time.Second), wall: 1}) // a base too old: rebased
+	got := nowNano()
+	require.InDelta(t, float64(time.Now().UnixNano()), float64(got), float64(time.Second))
 }

@@ -6,7 +6,30 @@ import (
 	"time"
 )
 
-func nowNano() int64 { return time.Now().UnixNano() }
+// nowNano is the time written in the table (a request's enqueue and grant
+// times): unix nanoseconds, read as the wall clock of a base taken at most
+// a second ago plus the monotonic clock since. One monotonic read costs
+// half of time.Now (26 against 50 ns here), and a hand-off between two
+// requests writes two of these. A step of the wall clock shows within a
+// second; the values are for display and the deadlock rule's order of
+// waits, which every process reads from the same words.
+func nowNano() int64 {
+	if b := clockBase.Load(); b != nil {
+		if d := time.Since(b.mono); d >= 0 && d < time.Second {
+			return b.wall + int64(d)
+		}
+	}
+	t := time.Now()
+	clockBase.Store(&wallBase{mono: t, wall: t.UnixNano()})
+	return t.UnixNano()
+}
+
+type wallBase struct {
+	mono time.Time // carries its monotonic reading
+	wall int64
+}
+
+var clockBase atomic.Pointer[wallBase]
 
 // repair rebuilds bucket b from the truth after its latch was taken over
 // from a dead owner, who may have stopped at any instruction of any update.
