@@ -207,6 +207,7 @@ END {
 		}
 		r = m(G, "shm-g-maxmin"); target("#18 max/min ops per goroutine <= 1.5, " what " (flock " fmt(m(G, "flock-g-maxmin")) ")", fmt(r), r != "" && r <= 1.5)
 		printf "| #18 %s against a ticket lock (the strict-FIFO baseline) | %sx (the ticket lock: %sx flock) | reported |\n", what, fmt(m(G, "shm/ticket")), fmt(m(G, "ticket/flock"))
+		if (gp[k] > 1) printf "| #18 %s grants whose previous holder was in another process | shmlocks %s%%, flock %s%%, the ticket lock %s%% | reported |\n", what, fmt(m(G, "shm-xproc%")), fmt(m(G, "flock-xproc%")), fmt(m(G, "ticket-xproc%"))
 	}
 	H = "BenchmarkHandoff/pinned"
 	r = m(H, "shm/flock"); target("#18 two-process handoff within 1.0x of flock (pinned)", fmt(r) "x (" fmt(m(H, "shm-ns/handoff")) " vs " fmt(m(H, "flock-ns/handoff")) " ns)", r != "" && r <= 1)

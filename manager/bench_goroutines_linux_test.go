@@ -126,6 +126,9 @@ func BenchmarkGoroutines(b *testing.B) {
 			if row.procs > 1 {
 				b.ReportMetric(shm.maxMin(), "shm-maxmin")
 				b.ReportMetric(fl.maxMin(), "flock-maxmin")
+				b.ReportMetric(shm.xproc(), "shm-xproc%")
+				b.ReportMetric(fl.xproc(), "flock-xproc%")
+				b.ReportMetric(tk.xproc(), "ticket-xproc%")
 			} else {
 				b.ReportMetric(ch.opsPerSec(), "chan-ops/s")
 				b.ReportMetric(shm.opsPerSec()/ch.opsPerSec(), "shm/chan")
@@ -133,6 +136,16 @@ func BenchmarkGoroutines(b *testing.B) {
 			}
 		})
 	}
+}
+
+// xproc is the share of grants (%) whose previous holder was a goroutine
+// of another process: where strict FIFO makes the next grant wait for
+// another process to run.
+func (r loopResult) xproc() float64 {
+	if r.changes+r.repeats == 0 {
+		return 0
+	}
+	return 100 * float64(r.changes) / float64(r.changes+r.repeats)
 }
 
 // gMaxMin is the ratio of the most to the least operations done by one
@@ -167,12 +180,14 @@ func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, er
 		if !atomic.CompareAndSwapUint32(inCS, 0, me) {
 			atomic.AddUint64(viol, 1)
 		}
-		if atomic.LoadUint32(owner) == me {
+		// changes counts grants whose previous holder was a goroutine of
+		// another process, repeats those within the process (xproc%).
+		if prev := atomic.LoadUint32(owner); prev != 0 && (prev-1)/uint32(ng) == (me-1)/uint32(ng) {
 			atomic.AddUint64(repeats, 1)
 		} else {
-			atomic.StoreUint32(owner, me)
 			atomic.AddUint64(changes, 1)
 		}
+		atomic.StoreUint32(owner, me)
 		spinWork(a.CSIters)
 		atomic.CompareAndSwapUint32(inCS, me, 0)
 	}
