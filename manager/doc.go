@@ -29,9 +29,10 @@
 // Many goroutines of one process on one name form the local level of a
 // two-level queue: the Manager keeps its requests per name in queue order,
 // at most spinWindow of them spin, and the others are readied one grant
-// ahead of their turn, by the releaser itself when it is a goroutine of
-// the same Manager (table.DeliverLocal hands it the slot to poke: no
-// syscall, no bell, no scan); the table's queue alone decides grants, so FIFO per
+// ahead of their turn when the grant before theirs comes from another
+// process, and at their grant when it comes from their own (the releaser,
+// a goroutine of the same Manager, pokes them by slot: table.DeliverLocal,
+// no syscall, no bell, no scan); the table's queue alone decides grants, so FIFO per
 // request holds across processes (docs/design.md §4, "Many requests per
 // process"). The waiting policy (waitpolicy.go) decides only who burns a
 // CPU: a process yields its CPU outside the queue (so that queues are made

@@ -89,11 +89,12 @@ func TestLiveAgents(t *testing.T) {
 	require.Equal(t, 2, tb.LiveAgents(0))
 }
 
-// TestDeliverLocal: a release by an agent that grants to (and makes the
+// TestDeliverLocal: a release by an agent that grants to (or makes the
 // head) sleeping requests of its own agent pokes them by slot, in the
 // order granted, with neither a bell bump nor a ring; a request of another
 // agent in the same Wakes is rung as by Deliver; a steal, or more sleepers
-// than Wakes keeps, falls back to the bell and the ring.
+// than Wakes keeps, falls back to the bell and the ring. A sleeping head
+// whose agent is the holder's is not woken ahead (wakeAhead).
 func TestDeliverLocal(t *testing.T) {
 	tb := newTestTable(t, Geometry{MaxResources: 8, MaxRequests: 16, MaxAgents: 4, MaxNameLen: 16})
 	reg := func(pid int) *Agent {
@@ -125,16 +126,18 @@ func TestDeliverLocal(t *testing.T) {
 		return atomic.LoadUint32(self.Bell()) - sb, atomic.LoadUint32(other.Bell()) - ob
 	}
 
-	// Own requests only: the grant of a and the wake-ahead of b, both asleep.
+	// Own requests only: the grant of a, asleep, poked. b, asleep behind a,
+	// is not woken ahead: a's release will grant it from this agent.
 	held := acquire(self, ModeExclusive, Granted)
 	a, b := acquire(self, ModeExclusive, Queued), acquire(self, ModeExclusive, Queued)
 	require.NoError(t, tb.Release(self, held, &w))
 	sb, _ := deliver()
-	require.Equal(t, []uint32{a.Slot, b.Slot}, pokes)
+	require.Equal(t, []uint32{a.Slot}, pokes)
 	require.Empty(t, rings)
 	require.Zero(t, sb, "a local hand-off does not bump the bell")
 
-	// The next grant is another agent's sleeping request: rung as by Deliver.
+	// The next head is another agent's sleeping request: rung as by
+	// Deliver (woken ahead: b's release is not its agent's).
 	c := acquire(other, ModeExclusive, Queued)
 	require.NoError(t, tb.Release(self, a, &w)) // grants b (ours), c becomes the head
 	sb, ob := deliver()
@@ -143,16 +146,37 @@ func TestDeliverLocal(t *testing.T) {
 	require.Zero(t, sb)
 	require.Equal(t, uint32(1), ob)
 
-	// A spinning request of ours (park mark clear) needs no poke at all.
-	require.NoError(t, tb.Release(self, b, &w)) // grants c (other's)
-	deliver()
+	// Our sleeping request behind another agent's holder is woken ahead,
+	// by a poke.
 	d := acquire(self, ModeExclusive, Queued)
+	require.NoError(t, tb.Release(self, b, &w)) // grants c (other's), d becomes the head
+	sb, ob = deliver()
+	require.Equal(t, []uint32{d.Slot}, pokes)
+	require.Equal(t, []uint32{other.Idx}, rings)
+	require.Zero(t, sb)
+	require.Equal(t, uint32(1), ob)
+
+	// A spinning request of ours (park mark clear) needs no poke at all.
 	tb.MarkParked(d, false)
 	require.NoError(t, tb.Release(other, c, &w)) // grants d, spinning
 	sb, _ = deliver()
 	require.Empty(t, pokes)
 	require.Empty(t, rings)
 	require.Zero(t, sb)
+
+	// Two sleeping shared requests of ours granted at once: both poked.
+	s1, s2 := acquire(self, ModeShared, Queued), acquire(self, ModeShared, Queued)
+	require.NoError(t, tb.Release(self, d, &w))
+	sb, _ = deliver()
+	require.Equal(t, []uint32{s1.Slot, s2.Slot}, pokes)
+	require.Empty(t, rings)
+	require.Zero(t, sb)
+	x := acquire(self, ModeExclusive, Queued)
+	for _, r := range []Ref{s1, s2} {
+		require.NoError(t, tb.Release(self, r, &w))
+	}
+	deliver()
+	d = x
 
 	// Three sleeping shared requests of ours granted at once: more than
 	// Wakes keeps, so the bell and the ring (the Manager's scan) take over.
