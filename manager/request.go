@@ -376,7 +376,9 @@ func (m *Manager) removeWaiter(w *waiter) {
 // once the lock has been held for SpinLimit without any grant: a long wait
 // costs no CPU.
 // A parked request that becomes the head of its queue is rung one grant
-// ahead of its turn (wakeAhead) and spins again.
+// ahead of its turn (wakeAhead) and spins again, unless the name's holder
+// is a request of its own Manager: that holder's release pokes it at its
+// grant (table.DeliverLocal), and it never spins.
 //
 // Before parking, a request raises its agent's parked count, sets its
 // slot's park mark and looks at its slot once more: a granter sets the slot
@@ -390,8 +392,8 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		// A request parks at once when spinWindow requests of its Manager
 		// spin already, or when several of its requests wait (they are
 		// ahead of it in some queue: arrivalSpins), and is readied one
-		// grant ahead of its turn (wakeAhead; for a request of the
-		// releaser's own Manager that costs no syscall).
+		// grant ahead of its turn (wakeAhead), or at its grant when the
+		// grant comes from its own Manager (a poke by slot, no syscall).
 		spun = m.t.IsHead(m.a, ref)
 		if token, err, over := m.spinHead(ctx, done, name, ref, true); over {
 			return token, err // no waiter made: most contended requests end here

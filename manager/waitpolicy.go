@@ -178,8 +178,8 @@ func spinStep(i int, oneCPU bool) spinAction {
 // arrival (and an arrival spins only while fewer than spinWindow of its
 // Manager's requests wait: arrivalSpins); the others park at once, and each
 // is readied when it becomes the head of its name's queue, one grant ahead
-// of its turn (wakeAhead; for a request of the releaser's own Manager the
-// ring is a call, not a syscall). More spinners than Ps make every
+// of its turn (wakeAhead), or at its grant when its Manager's own request
+// holds the name (a poke by slot within the process, not a syscall). More spinners than Ps make every
 // spinner's Gosched a trip through the runtime's run queues and keep the
 // holder, often a goroutine of the same process, off a P: with 64
 // goroutines of one process on one name, 80% of the CPU went to
