@@ -13,15 +13,8 @@ import "sync/atomic"
 // 32,768 pointers, the default MaxRequests, was scanned on every collection:
 // 17% of the profile of an uncontended Acquire+Release, which allocates;
 // 134 -> 118 ns side by side without it.)
-// Every access is lock-free; a chunk, once allocated, stays.
-type registry struct {
-	n      uint32 // slots
-	chunks []atomic.Pointer[regChunk]
-}
-
-const regChunkSize = 256 // slots per chunk: 2 KiB of pointers
-
-type regChunk [regChunkSize]atomic.Pointer[regEntry]
+// Every access is lock-free; a chunk, once allocated, stays (slotIndex).
+type registry struct{ idx slotIndex[regEntry] }
 
 // regEntry is one registration, replaced as a whole (registrations are rare:
 // a Lost or a Request context's Done), so that the Lock and its serial are
@@ -31,27 +24,11 @@ type regEntry struct {
 	serial uint32
 }
 
-func newRegistry(slots int) registry {
-	return registry{n: uint32(slots), chunks: make([]atomic.Pointer[regChunk], (slots+regChunkSize-1)/regChunkSize)}
-}
+func newRegistry(slots int) registry { return registry{newSlotIndex[regEntry](slots)} }
 
 // at returns slot s's cell, allocating its chunk if alloc; nil if the chunk
 // is not allocated (nothing was ever registered near s) or s is out of range.
-func (r *registry) at(s uint32, alloc bool) *atomic.Pointer[regEntry] {
-	if s >= r.n {
-		return nil
-	}
-	i := s / regChunkSize
-	c := r.chunks[i].Load()
-	if c == nil {
-		if !alloc {
-			return nil
-		}
-		r.chunks[i].CompareAndSwap(nil, new(regChunk))
-		c = r.chunks[i].Load()
-	}
-	return &c[s%regChunkSize]
-}
+func (r *registry) at(s uint32, alloc bool) *atomic.Pointer[regEntry] { return r.idx.cell(s, alloc) }
 
 // load returns the registration at slot s, if any.
 func (r *registry) load(s uint32) *regEntry {
@@ -97,30 +74,18 @@ func (r *registry) restore(s uint32, e *regEntry) {
 
 // each calls f for every registration, with its slot.
 func (r *registry) each(f func(s uint32, e *regEntry)) {
-	for i := range r.chunks {
-		c := r.chunks[i].Load()
-		if c == nil {
-			continue
+	r.idx.cells(func(s uint32, p *atomic.Pointer[regEntry]) {
+		if e := p.Load(); e != nil {
+			f(s, e)
 		}
-		for j := range c {
-			if e := c[j].Load(); e != nil {
-				f(uint32(i*regChunkSize+j), e)
-			}
-		}
-	}
+	})
 }
 
 // takeAll unregisters every Lock and calls f for each.
 func (r *registry) takeAll(f func(l *Lock)) {
-	for i := range r.chunks {
-		c := r.chunks[i].Load()
-		if c == nil {
-			continue
+	r.idx.cells(func(_ uint32, p *atomic.Pointer[regEntry]) {
+		if e := p.Swap(nil); e != nil {
+			f(e.l)
 		}
-		for j := range c {
-			if e := c[j].Swap(nil); e != nil {
-				f(e.l)
-			}
-		}
-	}
+	})
 }

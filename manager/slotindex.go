@@ -6,16 +6,19 @@ import "sync/atomic"
 // of this Manager by slot, so that a release that grants to (or makes the
 // head) a sleeping request of its own Manager pokes it directly
 // (table.DeliverLocal) instead of bumping the bell and scanning the
-// waiters under the Manager's mutex. Like registry, it is made of chunks
-// allocated on first use, so that the collector scans only the chunks
-// near slots ever used, not a pointer per slot of the table.
+// waiters under the Manager's mutex; and, under registry, the watched
+// Locks. It is made of chunks allocated on first use, so that the
+// collector scans only the chunks near slots ever used, not a pointer per
+// slot of the table.
 type slotIndex[T any] struct {
 	n      uint32
-	chunks []atomic.Pointer[[regChunkSize]atomic.Pointer[T]]
+	chunks []atomic.Pointer[[slotChunk]atomic.Pointer[T]]
 }
 
+const slotChunk = 256 // slots per chunk: 2 KiB of pointers
+
 func newSlotIndex[T any](slots int) slotIndex[T] {
-	return slotIndex[T]{n: uint32(slots), chunks: make([]atomic.Pointer[[regChunkSize]atomic.Pointer[T]], (slots+regChunkSize-1)/regChunkSize)}
+	return slotIndex[T]{n: uint32(slots), chunks: make([]atomic.Pointer[[slotChunk]atomic.Pointer[T]], (slots+slotChunk-1)/slotChunk)}
 }
 
 // cell returns slot s's cell, allocating its chunk if alloc; nil if s is out
@@ -24,16 +27,29 @@ func (x *slotIndex[T]) cell(s uint32, alloc bool) *atomic.Pointer[T] {
 	if s >= x.n {
 		return nil
 	}
-	i := s / regChunkSize
+	i := s / slotChunk
 	c := x.chunks[i].Load()
 	if c == nil {
 		if !alloc {
 			return nil
 		}
-		x.chunks[i].CompareAndSwap(nil, new([regChunkSize]atomic.Pointer[T]))
+		x.chunks[i].CompareAndSwap(nil, new([slotChunk]atomic.Pointer[T]))
 		c = x.chunks[i].Load()
 	}
-	return &c[s%regChunkSize]
+	return &c[s%slotChunk]
+}
+
+// cells calls f with every allocated cell and its slot.
+func (x *slotIndex[T]) cells(f func(s uint32, p *atomic.Pointer[T])) {
+	for i := range x.chunks {
+		c := x.chunks[i].Load()
+		if c == nil {
+			continue
+		}
+		for j := range c {
+			f(uint32(i*slotChunk+j), &c[j])
+		}
+	}
 }
 
 // load returns what is at slot s, or nil.

@@ -126,7 +126,7 @@ func (t *Table) DeliverLocal(w *Wakes, self uint32, poke func(slot uint32), ring
 		}
 	} else {
 		for i := 0; i < w.n; i++ {
-			if w.agents[i] == self && poke != nil && w.other&(1<<i) == 0 && w.steals&(1<<i) == 0 {
+			if w.agents[i] == self && poke != nil && w.other&(1<<i) == 0 { // a steal is always other (add)
 				for k := uint8(0); k < w.nsleep; k++ {
 					if w.sleepers[k].agent == self {
 						poke(w.sleepers[k].slot)

@@ -8,6 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// registerPID registers an agent of a live-looking identity with PID pid.
+func registerPID(t *testing.T, tb *Table, pid int) *Agent {
+	t.Helper()
+	a, err := tb.Register(Identity{PID: pid, Start: 7, Boot: selfIdentity.Boot}, uint64(pid))
+	require.NoError(t, err)
+	return a
+}
+
 // TestGrantRingsOnlySleepingRequests: a grant (and the wake-ahead of the
 // new head of the queue) rings the doorbell of a waiting request's agent
 // only while the request's park mark is set; a request that spins sees its
@@ -15,11 +23,7 @@ import (
 // process for nothing. The agent's bell word is bumped either way.
 func TestGrantRingsOnlySleepingRequests(t *testing.T) {
 	tb := newTestTable(t, Geometry{MaxResources: 8, MaxRequests: 16, MaxAgents: 4, MaxNameLen: 16})
-	reg := func(pid int) *Agent {
-		a, err := tb.Register(Identity{PID: pid, Start: 7, Boot: selfIdentity.Boot}, uint64(pid))
-		require.NoError(t, err)
-		return a
-	}
+	reg := func(pid int) *Agent { return registerPID(t, tb, pid) }
 	holder, waiter := reg(101), reg(102)
 	// The waiter's agent has a goroutine asleep somewhere (another name):
 	// only the park mark of the request in question decides.
@@ -77,9 +81,7 @@ func TestLiveAgents(t *testing.T) {
 	require.Zero(t, tb.LiveAgents(0))
 	var as []*Agent
 	for pid := 201; pid < 204; pid++ {
-		a, err := tb.Register(Identity{PID: pid, Start: 7, Boot: selfIdentity.Boot}, uint64(pid))
-		require.NoError(t, err)
-		as = append(as, a)
+		as = append(as, registerPID(t, tb, pid))
 	}
 	require.Equal(t, 3, tb.LiveAgents(0))
 	require.Equal(t, 3, tb.LiveAgents(5))
@@ -97,11 +99,7 @@ func TestLiveAgents(t *testing.T) {
 // whose agent is the holder's is not woken ahead (wakeAhead).
 func TestDeliverLocal(t *testing.T) {
 	tb := newTestTable(t, Geometry{MaxResources: 8, MaxRequests: 16, MaxAgents: 4, MaxNameLen: 16})
-	reg := func(pid int) *Agent {
-		a, err := tb.Register(Identity{PID: pid, Start: 7, Boot: selfIdentity.Boot}, uint64(pid))
-		require.NoError(t, err)
-		return a
-	}
+	reg := func(pid int) *Agent { return registerPID(t, tb, pid) }
 	self, other := reg(301), reg(302)
 	atomic.StoreUint32(self.Parked(), 1)
 	atomic.StoreUint32(other.Parked(), 1)
