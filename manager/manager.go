@@ -115,6 +115,7 @@ type Manager struct {
 	cpuAt     atomic.Int64 // ns since born when cpus, usable and agents were last looked up (0: never)
 	cpus      atomic.Int32 // CPUs this process may run on (its affinity), as of cpuAt
 	usable    atomic.Int32 // min(cpus, GOMAXPROCS), as of cpuAt
+	procs     atomic.Int32 // GOMAXPROCS, as of cpuAt
 	agents    atomic.Int32 // live agents on the table, as of cpuAt (waitpolicy.go)
 
 	pool sync.Pool // *Lock for Request

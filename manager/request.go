@@ -285,12 +285,13 @@ func (m *Manager) reapHolders(name string, h uint64) bool {
 
 // waiter is a goroutine waiting for its request to be granted.
 type waiter struct {
-	ref  table.Ref
-	name string
-	seq  uint32         // the request's place in its name's queue (table.QueueSeq)
-	ch   chan struct{}  // buffered(1): "look at your slot again"
-	spun atomic.Bool    // spun at the head of the queue already
-	dl   waiterDeadlock // deadlock detection's state of this request (deadlock.go)
+	ref   table.Ref
+	name  string
+	seq   uint32         // the request's place in its name's queue (table.QueueSeq)
+	ch    chan struct{}  // buffered(1): "look at your slot again"
+	spun  atomic.Bool    // spun at the head of the queue already
+	relay atomic.Bool    // set with a poke by relayNext: spin now, our turn is near
+	dl    waiterDeadlock // deadlock detection's state of this request (deadlock.go)
 
 	prev, next *waiter // in m.queues[name], in queue order (m.mu)
 }
@@ -385,7 +386,7 @@ func (m *Manager) removeWaiter(w *waiter) {
 // HELD before it reads the mark (and then the parked count), so either the
 // granter sees the mark and rings, or the waiter sees the grant (no lost
 // wake-up; all the words are sequentially consistent atomics).
-func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64, error) {
+func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token uint64, err error) {
 	done := ctx.Done()
 	spun := false
 	if m.spin > 0 && m.arrivalMaySpin() && m.takeSpinPlace() {
@@ -396,6 +397,11 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 		// grant comes from its own Manager (a poke by slot, no syscall).
 		spun = m.t.IsHead(m.a, ref)
 		if token, err, over := m.spinHead(ctx, done, name, ref, true); over {
+			if err == nil && m.relayWanted() {
+				m.mu.Lock()
+				m.relayNext(name)
+				m.mu.Unlock()
+			}
 			return token, err // no waiter made: most contended requests end here
 		}
 	}
@@ -418,9 +424,17 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 	if holds := carriedRefs(ctx); len(holds) > 0 {
 		m.tagCarried(w, holds) // so that the wait-for graph goes through them (deadlock.go)
 	}
+	// relay: the wait ended in a grant after which relayWanted said yes.
+	// Set only once both returned normally: a fault of the mapping panics
+	// through this defer with err still nil, and relayNext under m.mu reads
+	// nothing of the mapping.
+	relay := false
 	defer func() {
 		m.mu.Lock()
 		m.removeWaiter(w)
+		if relay && err == nil {
+			m.relayNext(name)
+		}
 		m.mu.Unlock()
 		putPokeChan(w.ch) // a late poke of w only makes the chan's next waiter look once more
 		if len(w.dl.tagged) > 0 {
@@ -439,12 +453,15 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (uint64,
 			return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
 		}
 		st, token, ok := m.t.Status(m.a, ref)
-		head := ok && st == table.SlotWaiting && m.spin > 0 && !w.spun.Load() && m.t.IsHead(m.a, ref)
+		relay := w.relay.Swap(false)
+		head := ok && st == table.SlotWaiting && m.spin > 0 && (relay || !w.spun.Load() && m.t.IsHead(m.a, ref))
 		m.leave()
 		switch {
 		case ok && st == table.SlotHeld:
 			atomic.AddUint32(parked, ^uint32(0))
-			return m.granted(ctx, name, ref, token)
+			token, err := m.granted(ctx, name, ref, token)
+			relay = err == nil && m.relayWanted()
+			return token, err
 		case ok && st == table.SlotWaiting:
 			if m.deadlock > 0 && w.dl.verdict.Load() != nil {
 				// A deadlock round found us a cycle's victim (deadlock.go).
@@ -503,7 +520,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 	var deadline, nextSched int64
 	progress := m.t.Progress(ref)
 	oneCPU := m.onOneCPU()
-	procs := int32(runtime.GOMAXPROCS(0))
+	procs := m.procs.Load()
 	for i := 0; ; i++ {
 		select {
 		case <-done:
@@ -550,7 +567,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		if lookOnly {
 			continue
 		}
-		switch spinStep(i, oneCPU) {
+		switch spinStep(i, oneCPU, spinYields(m.agents.Load() > m.usable.Load(), atomic.LoadUint32(m.a.Parked()), m.spinners.Load(), procs)) {
 		case spinPark:
 			return 0, nil, false
 		case spinOSYield:
@@ -654,6 +671,39 @@ func getPokeChan() chan struct{} {
 }
 
 func putPokeChan(ch chan struct{}) { pokeChans.Put(ch) }
+
+// relayNext readies the earliest parked request of ours on name to spin
+// (m.mu held; it reads nothing of the mapping), called when a request of
+// ours on name was granted after it waited and relayWanted said yes: the next grant of ours on the name is then a few grants away, and
+// a request that spins when its turn comes is handed the lock in a
+// hand-off of memory, where one that sleeps in a process the granter must
+// wake through the doorbell costs a chain of thread wake-ups (a sendto, the
+// bell loop's netpoller thread, then a thread to run the waiter: 25-35 µs
+// per grant that crosses processes with 4 processes x 3 goroutines on 2
+// vCPUs and every request parked; docs/experiments.md). This is the
+// two-level queue's "each grant readies the next local request"
+// (docs/design.md §4); the table's queue alone decides the order. Only when
+// relays says so (a crowded table, more of our requests waiting than we
+// can spin) and when this process may use several CPUs (on one, spinStep
+// parks at once): relayWanted.
+func (m *Manager) relayNext(name string) {
+	q := m.queues[name]
+	if q == nil {
+		return
+	}
+	if w := q.head; !w.relay.Swap(true) {
+		w.poke()
+	}
+}
+
+// relayWanted reports whether a request of ours just granted after it
+// waited should ready our next sleeping one on its name (relayNext). It
+// reads our agent's parked word in the mapping: never call it with m.mu
+// held (a fault would leave the mutex locked).
+func (m *Manager) relayWanted() bool {
+	return m.spin > 0 && !m.onOneCPU() && relays(m.agents.Load() > m.usable.Load(),
+		atomic.LoadUint32(m.a.Parked()), m.spinners.Load(), m.procs.Load())
+}
 
 // poke asks w's goroutine to look at its slot again.
 func (w *waiter) poke() {

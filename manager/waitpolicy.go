@@ -91,9 +91,10 @@ func (m *Manager) refreshView(now int64) {
 	if at := m.cpuAt.Load(); at != 0 && now-at <= int64(100*time.Millisecond) {
 		return
 	}
-	cpus := cpusAllowed()
-	usable := min(cpus, runtime.GOMAXPROCS(0))
+	cpus, procs := cpusAllowed(), runtime.GOMAXPROCS(0)
+	usable := min(cpus, procs)
 	m.cpus.Store(int32(cpus))
+	m.procs.Store(int32(procs))
 	m.usable.Store(int32(usable))
 	m.agents.Store(int32(m.t.LiveAgents(usable + 1))) // enough to tell agents > usable
 	m.cpuAt.Store(now | 1)
@@ -155,15 +156,18 @@ const (
 )
 
 // spinStep is the waiting policy's step i. A waiter that may use several
-// CPUs keeps its CPU (Gosched only) until its budget runs out. A waiter
-// confined to one CPU spins only to let the holder, which needs that very
-// CPU, run once: it yields to the OS once and then parks. More yields do not
-// help it and cost it its share of the CPU: on this kernel (EEVDF, Linux
-// 6.18) a sched_yield forfeits the rest of the yielder's time slice, so a
-// process that yields ten times per wait runs far less than one that sleeps
-// (BenchmarkYieldShare; docs/design.md §4).
-func spinStep(i int, oneCPU bool) spinAction {
+// CPUs keeps its CPU (Gosched only) until its budget runs out, unless
+// yields (spinYields): then it gives its CPU to the OS between two looks. A
+// waiter confined to one CPU spins only to let the holder, which needs that
+// very CPU, run once: it yields to the OS once and then parks. More yields
+// do not help it and cost it its share of the CPU: on this kernel (EEVDF,
+// Linux 6.18) a sched_yield forfeits the rest of the yielder's time slice,
+// so a process that yields ten times per wait runs far less than one that
+// sleeps (BenchmarkYieldShare; docs/design.md §4).
+func spinStep(i int, oneCPU, yields bool) spinAction {
 	switch {
+	case !oneCPU && yields:
+		return spinOSYield
 	case !oneCPU:
 		return spinGosched
 	case i == 0:
@@ -172,6 +176,41 @@ func spinStep(i int, oneCPU bool) spinAction {
 		return spinOSYield
 	}
 	return spinPark
+}
+
+// relays reports whether a request granted after it waited readies the
+// earliest sleeping request of its Manager on the name to spin
+// (relayNext), given how many of its Manager's requests still wait, asleep
+// (parked) and spinning: on a crowded table (more agents than this
+// process's usable CPUs) while they are at least as many as its Ps
+// (procs), one of them asleep. That is when a process cannot spin all its
+// waiting requests and the next grant of its own on the name, a few grants
+// away, would otherwise wait for the doorbell's chain of thread wake-ups
+// (4 x 4 on 2 vCPUs: 0.04x → 0.14-0.19x flock's ops/s with spinYields;
+// docs/experiments.md). With fewer, its requests spin on arrival anyway:
+// readying a sibling asleep after a stall (8 processes x 2 goroutines) made
+// the row slower (side by side, medians 2.50x against 2.66x flock, runs
+// down to 0.90x).
+func relays(crowded bool, parked uint32, spinners, procs int32) bool {
+	return crowded && parked > 0 && int64(parked)+int64(spinners) >= int64(procs)
+}
+
+// spinYields reports whether a spinning request of a process that may use
+// several CPUs gives its CPU to the OS between two looks (sched_yield)
+// rather than to its own goroutines (Gosched): on a crowded table (more
+// agents than this process's usable CPUs) while more of its Manager's
+// requests wait (parked and spinners) than it has Ps (procs), some of them
+// asleep. Then the queue holds requests whose processes must be scheduled
+// before their grants complete (their requests sleep, since the process
+// cannot spin them all), and a waiter that keeps its CPU with Gosched keeps
+// them off it: 4 processes x 4 goroutines on 2 vCPUs did 0.04x flock's
+// ops/s that way, 0.14-0.19x with these yields and relayNext's readying
+// (docs/experiments.md). With no more waiting requests than Ps (8
+// processes x 2 goroutines, 4 x 2) every queued request spins on a CPU of
+// its own process and the yields only cost: 8 x 2 fell from about 2M ops/s
+// to under 0.3M with them.
+func spinYields(crowded bool, parked uint32, spinners, procs int32) bool {
+	return crowded && parked > 0 && int64(parked)+int64(spinners) > int64(procs)
 }
 
 // spinWindow bounds how many of a Manager's requests spin at once on

@@ -40,6 +40,60 @@ func TestArrivalSpins(t *testing.T) {
 	}
 }
 
+// TestRelays: a grant readies the next sleeping request of its Manager
+// only on a crowded table while at least as many of its requests wait as
+// it has Ps, one of them asleep (4 x 3, 4 x 4 on 2 Ps); not 8 x 2 (the one
+// sibling), not an uncrowded table, not without a sleeper.
+func TestRelays(t *testing.T) {
+	for _, c := range []struct {
+		crowded  bool
+		parked   uint32
+		spinners int32
+		procs    int32
+		want     bool
+	}{
+		{true, 1, 1, 2, true},  // 4 x 3: one asleep, one spinning
+		{true, 2, 0, 2, true},  // 4 x 3, both asleep
+		{true, 14, 1, 2, true}, // 4 x 16
+		{true, 1, 0, 2, false}, // 8 x 2: the one sibling
+		{true, 0, 3, 2, false}, // nobody asleep
+		{true, 3, 0, 4, false},
+		{true, 3, 1, 4, true},
+		{false, 60, 0, 2, false}, // 1 x 64, 2 x 4: not crowded
+		{true, 1 << 31, 1 << 30, 1 << 30, true},
+	} {
+		require.Equal(t, c.want, relays(c.crowded, c.parked, c.spinners, c.procs), "%+v", c)
+	}
+}
+
+// TestSpinYields: a spinning request gives its CPU to the OS between looks
+// only on a crowded table while more of its Manager's requests wait than
+// its process has Ps, some of them asleep (4 x 4 on 2 Ps); never with at
+// most one waiting request per P (8 x 2, 4 x 2), nor on an uncrowded table
+// (2 x 4, 1 x 64).
+func TestSpinYields(t *testing.T) {
+	for _, c := range []struct {
+		crowded  bool
+		parked   uint32
+		spinners int32
+		procs    int32
+		want     bool
+	}{
+		{true, 1, 2, 2, true},  // 4 x 4: one asleep, two spinning
+		{true, 2, 1, 2, true},  // 4 x 3
+		{true, 14, 1, 2, true}, // 4 x 16
+		{true, 1, 1, 2, false}, // 8 x 2: both of ours wait, one per P
+		{true, 0, 3, 2, false}, // nobody of ours asleep
+		{true, 0, 1, 2, false}, // 4 x 2
+		{true, 3, 1, 4, false},
+		{true, 4, 1, 4, true},
+		{false, 60, 1, 2, false},                // 1 x 64, 2 x 4: not crowded
+		{true, 1 << 31, 1 << 30, 1 << 30, true}, // no overflow
+	} {
+		require.Equal(t, c.want, spinYields(c.crowded, c.parked, c.spinners, c.procs), "%+v", c)
+	}
+}
+
 // TestYieldOutsideQueue: a Manager due to give its CPU away does so
 // while the table has more agents than this process has CPUs, or while
 // none of its requests waits; not when both its requests wait and the

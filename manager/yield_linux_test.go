@@ -56,21 +56,25 @@ func TestYieldPolicyInputs(t *testing.T) {
 }
 
 // TestSpinStep: the waiting policy's steps (docs/design.md §4). A waiter
-// that may use several CPUs never gives its CPU to the OS and never stops by
-// itself (its budget does that); one confined to one CPU lets its own
-// goroutines run, yields to the OS exactly once, and then parks.
+// that may use several CPUs never stops by itself (its budget does that) and
+// gives its CPU to the OS only when spinYields says so, then at every step;
+// one confined to one CPU lets its own goroutines run, yields to the OS
+// exactly once, and then parks, whatever spinYields says.
 func TestSpinStep(t *testing.T) {
 	for i := 0; i < 1000; i++ {
-		require.Equal(t, spinGosched, spinStep(i, false), "step %d on several CPUs", i)
+		require.Equal(t, spinGosched, spinStep(i, false, false), "step %d on several CPUs", i)
+		require.Equal(t, spinOSYield, spinStep(i, false, true), "yielding step %d on several CPUs", i)
 	}
-	var steps []spinAction
-	for i := 0; ; i++ {
-		a := spinStep(i, true)
-		steps = append(steps, a)
-		if a == spinPark {
-			break
+	for _, yields := range []bool{false, true} {
+		var steps []spinAction
+		for i := 0; ; i++ {
+			a := spinStep(i, true, yields)
+			steps = append(steps, a)
+			if a == spinPark {
+				break
+			}
+			require.Less(t, i, 100, "a one-CPU waiter never parks")
 		}
-		require.Less(t, i, 100, "a one-CPU waiter never parks")
+		require.Equal(t, []spinAction{spinGosched, spinOSYield, spinPark}, steps, "yields %v", yields)
 	}
-	require.Equal(t, []spinAction{spinGosched, spinOSYield, spinPark}, steps)
 }
