@@ -16,7 +16,8 @@ import (
 // readies the next local one", docs/design.md §4) while the granted one
 // still holds, instead of sleeping until the doorbell: on a table with more
 // agents than the process has CPUs, while more of the Manager's requests
-// wait than it has Ps (relays). The grants still follow the queue order.
+// wait than it has Ps (relays). A readied request, granted after it spun,
+// readies the next in turn. The grants still follow the queue order.
 func TestRelayReadiesNextLocalRequest(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // 2 Ps, whatever the machine
 	path := tablePath(t)
@@ -35,17 +36,22 @@ func TestRelayReadiesNextLocalRequest(t *testing.T) {
 
 	first, err := b.Acquire(ctx, "n", RequestOptions{})
 	require.NoError(t, err)
-	const n = spinWindow + 2 // some spin on arrival, at least two sleep
+	// The queue: a's requests, with b's between its sleepers, so that each
+	// sleeper's turn comes after a grant from another agent (no local poke
+	// at its grant, no wake-ahead while a request of a holds).
+	owners := []*Manager{a, a, a, b, a, b, a, a, a}
+	n := len(owners)
 	order := make(chan int, n)
-	hold := make(chan struct{})
+	holds := make([]chan struct{}, n) // request i returns when holds[i] closes
+	for i := range holds {
+		holds[i] = make(chan struct{})
+	}
 	errs := make(chan error, n)
-	for i := 0; i < n; i++ {
+	for i, m := range owners {
 		go func() {
-			errs <- a.Request(ctx, "n", RequestOptions{}, func(context.Context, *Lock) error {
+			errs <- m.Request(ctx, "n", RequestOptions{}, func(context.Context, *Lock) error {
 				order <- i
-				if i == 0 {
-					<-hold
-				}
+				<-holds[i]
 				return nil
 			})
 		}()
@@ -54,32 +60,46 @@ func TestRelayReadiesNextLocalRequest(t *testing.T) {
 			return err == nil && len(s.Pending) == i+1
 		}, eventually, time.Millisecond, fmt.Sprintf("request %d queued", i))
 	}
-	// The earliest sleeper, as the Manager's wait list has it.
+	// a's sleepers, as its wait list has them (queue order), and their
+	// requests: a's requests behind the two that spin on arrival.
 	a.mu.Lock()
 	q := a.queues["n"]
 	require.NotNil(t, q, "no request of a sleeps")
-	sleeper := q.head
-	require.False(t, sleeper.spun.Load())
-	a.mu.Unlock()
-
-	require.NoError(t, first.Release()) // grants a's request 0, which holds
-	select {
-	case i := <-order:
-		require.Equal(t, 0, i)
-	case <-ctx.Done():
-		t.Fatal("request 0 not granted")
+	var sleepers []*waiter
+	for w := q.head; w != nil; w = w.next {
+		require.False(t, w.spun.Load())
+		sleepers = append(sleepers, w)
 	}
-	require.Eventually(t, sleeper.spun.Load, eventually, time.Millisecond,
-		"the earliest sleeping request was not readied by the grant before it")
-	close(hold)
-	for i := 1; i < n; i++ {
+	a.mu.Unlock()
+	require.Len(t, sleepers, 5, "a's requests 2, 4, 6, 7 and 8 sleep")
+	// The grant of request i readies sleeper next[i]: at each, at least 2
+	// (GOMAXPROCS) of a's requests still wait (relays). Not at 7's: only 8
+	// waits then, and 8 x 2 showed that readying a lone sibling costs.
+	next := map[int]int{2: 1, 4: 2, 6: 3}
+
+	granted := func(want int) {
+		t.Helper()
 		select {
 		case got := <-order:
-			require.Equal(t, i, got)
+			require.Equal(t, want, got, "grant order")
 		case <-ctx.Done():
-			t.Fatalf("request %d not granted", i)
+			t.Fatalf("request %d not granted", want)
 		}
 	}
+	require.NoError(t, first.Release()) // grants a's request 0, which holds
+	granted(0)
+	require.Eventually(t, sleepers[0].spun.Load, eventually, time.Millisecond,
+		"the earliest sleeping request was not readied by the grant of request 0")
+	for i := 1; i < n; i++ {
+		close(holds[i-1])
+		granted(i)
+		// A readied request, once granted, readies the next sleeper in turn.
+		if j, ok := next[i]; ok {
+			require.Eventually(t, sleepers[j].spun.Load, eventually, time.Millisecond,
+				"sleeper %d was not readied by the grant of request %d", j, i)
+		}
+	}
+	close(holds[n-1])
 	for i := 0; i < n; i++ {
 		require.NoError(t, <-errs)
 	}

@@ -453,8 +453,8 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
 		}
 		st, token, ok := m.t.Status(m.a, ref)
-		relay := w.relay.Swap(false)
-		head := ok && st == table.SlotWaiting && m.spin > 0 && (relay || !w.spun.Load() && m.t.IsHead(m.a, ref))
+		readied := w.relay.Swap(false)
+		head := ok && st == table.SlotWaiting && m.spin > 0 && (readied || !w.spun.Load() && m.t.IsHead(m.a, ref))
 		m.leave()
 		switch {
 		case ok && st == table.SlotHeld:
@@ -487,6 +487,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			m.t.MarkParked(ref, false) // a grant need not ring us while we spin
 			atomic.AddUint32(parked, ^uint32(0))
 			if token, err, over := m.spinHead(ctx, done, name, ref, false); over {
+				relay = err == nil && m.relayWanted() // a readied request relays in turn
 				return token, err
 			}
 			atomic.AddUint32(parked, 1)
