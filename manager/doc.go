@@ -32,8 +32,13 @@
 // ahead of their turn when the grant before theirs comes from another
 // process, and at their grant when it comes from their own (the releaser,
 // a goroutine of the same Manager, pokes them by slot: table.DeliverLocal,
-// no syscall, no bell, no scan); the table's queue alone decides grants, so FIFO per
-// request holds across processes (docs/design.md §4, "Many requests per
+// no syscall, no bell, no scan). When a process cannot spin all its
+// waiting requests on a crowded table (more agents than its CPUs, at least
+// GOMAXPROCS of its requests waiting), each grant of one of them readies
+// the next sleeping one of the same Manager to spin (relayNext), and while
+// more than GOMAXPROCS wait its spinners yield to the OS, not to its own
+// goroutines (spinYields). The table's queue alone decides grants, so FIFO
+// per request holds across processes (docs/design.md §4, "Many requests per
 // process"). The waiting policy (waitpolicy.go) decides only who burns a
 // CPU: a process yields its CPU outside the queue (so that queues are made
 // of running processes) only while the table has more agents than it has
