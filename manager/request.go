@@ -369,13 +369,19 @@ func (m *Manager) removeWaiter(w *waiter) {
 // a waiter that gave its CPU to the kernel would be off it when its turn
 // comes, and every later grant would wait for a process to be scheduled
 // (the collapse of strict FIFO with 8 processes on 2 CPUs). CPUs are
-// handed over outside the queue instead (yieldIfDue). The exception is a
+// handed over outside the queue instead (yieldIfDue). One exception is a
+// process with more requests waiting than it has Ps on a crowded table:
+// its spinners yield to the OS (spinYields). The other is a
 // process confined to one CPU: there the holder it waits for may need this
 // very CPU, so it yields to the OS once and then parks (spinStep). The
 // budget is adaptive: SpinLimit (50 µs) restarts whenever the name's queue
 // moves, so a waiter stays on its CPU while its turn approaches, and parks
 // once the lock has been held for SpinLimit without any grant: a long wait
 // costs no CPU.
+// A parked request may be readied to spin earlier, by the grant of a
+// request of its own Manager on the name (relayNext: a crowded table, more
+// of the Manager's requests waiting than it has Ps), and readies the next
+// in turn at its own grant.
 // A parked request that becomes the head of its queue is rung one grant
 // ahead of its turn (wakeAhead) and spins again, unless the name's holder
 // is a request of its own Manager: that holder's release pokes it at its
@@ -675,9 +681,10 @@ func putPokeChan(ch chan struct{}) { pokeChans.Put(ch) }
 
 // relayNext readies the earliest parked request of ours on name to spin
 // (m.mu held; it reads nothing of the mapping), called when a request of
-// ours on name was granted after it waited and relayWanted said yes: the next grant of ours on the name is then a few grants away, and
-// a request that spins when its turn comes is handed the lock in a
-// hand-off of memory, where one that sleeps in a process the granter must
+// ours on name was granted after it waited and relayWanted said yes: the
+// next grant of ours on the name is then a few grants away, and a request
+// that spins when its turn comes is handed the lock in a hand-off of
+// memory, where one that sleeps in a process the granter must
 // wake through the doorbell costs a chain of thread wake-ups (a sendto, the
 // bell loop's netpoller thread, then a thread to run the waiter: 25-35 µs
 // per grant that crosses processes with 4 processes x 3 goroutines on 2
