@@ -543,7 +543,8 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		if !ok || st != table.SlotWaiting {
 			return 0, nil, false
 		}
-		lookOnly := spinLooksOnly(oneCPU, m.spinners.Load(), procs, atomic.LoadUint32(m.a.Parked()))
+		parked, spinners := atomic.LoadUint32(m.a.Parked()), m.spinners.Load()
+		lookOnly := spinLooksOnly(oneCPU, spinners, procs, parked)
 		if i&7 == 7 && (!lookOnly || i&63 == 63) {
 			// The budget is adaptive: it restarts whenever the queue moves
 			// (a grant on the name), so a waiter keeps its CPU while its
@@ -574,7 +575,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		if lookOnly {
 			continue
 		}
-		switch spinStep(i, oneCPU, spinYields(m.agents.Load() > m.usable.Load(), atomic.LoadUint32(m.a.Parked()), m.spinners.Load(), procs)) {
+		switch spinStep(i, oneCPU, spinYields(m.agents.Load() > m.usable.Load(), parked, spinners, procs)) {
 		case spinPark:
 			return 0, nil, false
 		case spinOSYield:
@@ -708,9 +709,16 @@ func (m *Manager) relayNext(name string) {
 // waited should ready our next sleeping one on its name (relayNext). It
 // reads our agent's parked word in the mapping: never call it with m.mu
 // held (a fault would leave the mutex locked).
+//
+// The process-local conditions come first: with one agent (1 x 64) or no
+// more agents than CPUs no grant reads the parked word, which every park
+// and wake-up of the Manager writes.
 func (m *Manager) relayWanted() bool {
-	return m.spin > 0 && !m.onOneCPU() && relays(m.agents.Load() > m.usable.Load(),
-		atomic.LoadUint32(m.a.Parked()), m.spinners.Load(), m.procs.Load())
+	crowded := m.agents.Load() > m.usable.Load()
+	if m.spin <= 0 || !crowded || m.onOneCPU() {
+		return false
+	}
+	return relays(crowded, atomic.LoadUint32(m.a.Parked()), m.spinners.Load(), m.procs.Load())
 }
 
 // poke asks w's goroutine to look at its slot again.

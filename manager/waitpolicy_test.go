@@ -40,57 +40,37 @@ func TestArrivalSpins(t *testing.T) {
 	}
 }
 
-// TestRelays: a grant readies the next sleeping request of its Manager
-// only on a crowded table while at least as many of its requests wait as
-// it has Ps, one of them asleep (4 x 3, 4 x 4 on 2 Ps); not 8 x 2 (the one
-// sibling), not an uncrowded table, not without a sleeper.
-func TestRelays(t *testing.T) {
+// TestRelaysAndSpinYields: both rules hold only on a crowded table with a
+// request of the Manager asleep. A grant readies the next sleeping request
+// while at least as many of its Manager's requests wait as it has Ps (4 x
+// 3, 4 x 4 on 2 Ps); a spinner yields to the OS only while more wait than
+// it has Ps. Neither holds for 8 x 2 (the one sibling, one per P), 4 x 2,
+// nobody asleep, or an uncrowded table (2 x 4, 1 x 64).
+func TestRelaysAndSpinYields(t *testing.T) {
 	for _, c := range []struct {
-		crowded  bool
-		parked   uint32
-		spinners int32
-		procs    int32
-		want     bool
+		crowded      bool
+		parked       uint32
+		spinners     int32
+		procs        int32
+		relay, yield bool
 	}{
-		{true, 1, 1, 2, true},  // 4 x 3: one asleep, one spinning
-		{true, 2, 0, 2, true},  // 4 x 3, both asleep
-		{true, 14, 1, 2, true}, // 4 x 16
-		{true, 1, 0, 2, false}, // 8 x 2: the one sibling
-		{true, 0, 3, 2, false}, // nobody asleep
-		{true, 3, 0, 4, false},
-		{true, 3, 1, 4, true},
-		{false, 60, 0, 2, false}, // 1 x 64, 2 x 4: not crowded
-		{true, 1 << 31, 1 << 30, 1 << 30, true},
+		{true, 1, 1, 2, true, false},  // 4 x 3: one asleep, one spinning; 8 x 2: both wait, one per P
+		{true, 2, 0, 2, true, false},  // 4 x 3, both asleep
+		{true, 1, 2, 2, true, true},   // 4 x 4: one asleep, two spinning
+		{true, 2, 1, 2, true, true},   // 4 x 3
+		{true, 14, 1, 2, true, true},  // 4 x 16
+		{true, 1, 0, 2, false, false}, // 8 x 2: the one sibling
+		{true, 0, 3, 2, false, false}, // nobody asleep
+		{true, 0, 1, 2, false, false}, // 4 x 2
+		{true, 3, 0, 4, false, false},
+		{true, 3, 1, 4, true, false},
+		{true, 4, 1, 4, true, true},
+		{false, 60, 0, 2, false, false}, // 1 x 64, 2 x 4: not crowded
+		{false, 60, 1, 2, false, false},
+		{true, 1 << 31, 1 << 30, 1 << 30, true, true}, // no overflow
 	} {
-		require.Equal(t, c.want, relays(c.crowded, c.parked, c.spinners, c.procs), "%+v", c)
-	}
-}
-
-// TestSpinYields: a spinning request gives its CPU to the OS between looks
-// only on a crowded table while more of its Manager's requests wait than
-// its process has Ps, some of them asleep (4 x 4 on 2 Ps); never with at
-// most one waiting request per P (8 x 2, 4 x 2), nor on an uncrowded table
-// (2 x 4, 1 x 64).
-func TestSpinYields(t *testing.T) {
-	for _, c := range []struct {
-		crowded  bool
-		parked   uint32
-		spinners int32
-		procs    int32
-		want     bool
-	}{
-		{true, 1, 2, 2, true},  // 4 x 4: one asleep, two spinning
-		{true, 2, 1, 2, true},  // 4 x 3
-		{true, 14, 1, 2, true}, // 4 x 16
-		{true, 1, 1, 2, false}, // 8 x 2: both of ours wait, one per P
-		{true, 0, 3, 2, false}, // nobody of ours asleep
-		{true, 0, 1, 2, false}, // 4 x 2
-		{true, 3, 1, 4, false},
-		{true, 4, 1, 4, true},
-		{false, 60, 1, 2, false},                // 1 x 64, 2 x 4: not crowded
-		{true, 1 << 31, 1 << 30, 1 << 30, true}, // no overflow
-	} {
-		require.Equal(t, c.want, spinYields(c.crowded, c.parked, c.spinners, c.procs), "%+v", c)
+		require.Equal(t, c.relay, relays(c.crowded, c.parked, c.spinners, c.procs), "relays %+v", c)
+		require.Equal(t, c.yield, spinYields(c.crowded, c.parked, c.spinners, c.procs), "spinYields %+v", c)
 	}
 }
 
