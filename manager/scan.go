@@ -1,0 +1,90 @@
+package manager
+
+import (
+	"sync/atomic"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// What the bell loop does on a ring (and on its periodic safety scan):
+// wake the parked requests whose slot changed or that became the head of
+// their queue, and mark lost the held locks that were stolen.
+
+// scan looks at every waiting request and held lock of this Manager: wakes
+// the waiters whose slot changed and marks lost the locks that were stolen.
+// With force it looks even if the sequence words did not change.
+func (m *Manager) scan(force bool) {
+	bell := atomic.LoadUint32(m.a.Bell())
+	if m.lastBell.Swap(bell) != bell || force {
+		m.scanWaiters(force)
+	}
+	stl := atomic.LoadUint32(m.a.StealSeq())
+	if m.lastStl.Swap(stl) != stl || force {
+		m.scanHeld()
+	}
+}
+
+// scanWaiters wakes every waiter whose slot is no longer waiting, and every
+// one that became the head of its queue and has not spun yet. Per name it
+// looks only at the requests up to the first one still waiting (see
+// waitList); with all it looks at every waiter (after a reap, which may
+// remove requests anywhere in a queue, and on the periodic safety scan).
+func (m *Manager) scanWaiters(all bool) {
+	m.scanObservers() // a ring may be for a watch (observe.go)
+	m.mu.Lock()
+	defer m.mu.Unlock() // also when a read of a truncated file faults (Guard)
+	for _, q := range m.queues {
+		for w := q.head; w != nil; w = w.next {
+			st, _, ok := m.t.Status(m.a, w.ref)
+			waiting := ok && st == table.SlotWaiting
+			if !waiting || (!w.spun.Load() && m.t.IsHead(m.a, w.ref)) {
+				w.poke()
+			}
+			if waiting && !all {
+				break
+			}
+		}
+	}
+}
+
+// pokeAll asks every parked waiter (and watch) to look at its slot again.
+func (m *Manager) pokeAll() {
+	m.pokeObservers()
+	m.mu.Lock()
+	m.eachWaiter(func(w *waiter) { w.poke() })
+	m.mu.Unlock()
+}
+
+// scanHeld marks lost every registered lock whose slot is no longer held by
+// us. It reads nothing of a Lock but its atomic state word: the registry
+// index is the slot, and the Lock is changed only by a CAS on the
+// (incarnation, held) word that was registered at that slot.
+func (m *Manager) scanHeld() { m.held.each(m.loseIfGone) }
+
+// loseIfGone marks the Lock of registration e (at slot) lost if the grant
+// it was registered for is no longer held by us. It reads nothing of the
+// Lock but its state word. The registration must still be the slot's
+// current one: an entry's reserved slot serves one grant after another, so
+// a registration seen by an earlier look at the registry may be of a grant
+// the Lock (reused by Request) no longer has, while the same Lock is
+// registered at the same slot again for its next grant.
+func (m *Manager) loseIfGone(slot uint32, e *regEntry) {
+	l := e.l
+	word := l.state.Load()
+	if word&stateMask != lockHeld || m.held.load(slot) != e {
+		return // released, re-granted elsewhere, or registered anew
+	}
+	if m.t.Holds(m.a, table.Ref{Slot: slot, Serial: e.serial}) {
+		return
+	}
+	st, serial, mine := m.t.SlotState(m.a, slot)
+	if l.markLost(word, lockStolen) {
+		// The incarnation is lost for good: nothing re-inits l now (Request
+		// does not pool a Lock that was taken away), so its name is stable.
+		m.noteLost(l)
+		m.held.dropEntry(slot, e)
+		if mine && st == table.SlotStolen && serial == e.serial {
+			m.t.FreeStolen(m.a, table.Ref{Slot: slot, Serial: serial})
+		}
+	}
+}

@@ -1,0 +1,314 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// Waiting for a queued request's grant: a spin on its slot word, a park
+// on its channel, the wake-ahead and the relay to the next request of the
+// same Manager (the two-level queue of docs/design.md §4), and abort when
+// its context ends. Which requests spin, and how, is waitpolicy.go's; who
+// is granted is the table's queue's alone.
+
+// wait blocks until ref is granted, ctx ends or the Manager closes.
+//
+// A queued request first spins on its own slot word, if one of its
+// Manager's spinWindow places is free and few of its Manager's requests
+// wait (arrivalSpins; else it parks at once: the two-level queue of
+// docs/design.md §4). It keeps its CPU
+// while it spins (it yields only to the goroutines of its own process):
+// a waiter that gave its CPU to the kernel would be off it when its turn
+// comes, and every later grant would wait for a process to be scheduled
+// (the collapse of strict FIFO with 8 processes on 2 CPUs). CPUs are
+// handed over outside the queue instead (yieldIfDue). One exception is a
+// process with more requests waiting than it has Ps on a crowded table:
+// its spinners yield to the OS (spinYields). The other is a
+// process confined to one CPU: there the holder it waits for may need this
+// very CPU, so it yields to the OS once and then parks (spinStep). The
+// budget is adaptive: SpinLimit (50 µs) restarts whenever the name's queue
+// moves, so a waiter stays on its CPU while its turn approaches, and parks
+// once the lock has been held for SpinLimit without any grant: a long wait
+// costs no CPU.
+// A parked request may be readied to spin earlier, by the grant of a
+// request of its own Manager on the name (relayNext: a crowded table, more
+// of the Manager's requests waiting than it has Ps), and readies the next
+// in turn at its own grant.
+// A parked request that becomes the head of its queue is rung one grant
+// ahead of its turn (wakeAhead) and spins again, unless the name's holder
+// is a request of its own Manager: that holder's release pokes it at its
+// grant (table.DeliverLocal), and it never spins.
+//
+// Before parking, a request raises its agent's parked count, sets its
+// slot's park mark and looks at its slot once more: a granter sets the slot
+// HELD before it reads the mark (and then the parked count), so either the
+// granter sees the mark and rings, or the waiter sees the grant (no lost
+// wake-up; all the words are sequentially consistent atomics).
+func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token uint64, err error) {
+	done := ctx.Done()
+	spun := false
+	if m.spin > 0 && m.arrivalMaySpin() && m.takeSpinPlace() {
+		// A request parks at once when spinWindow requests of its Manager
+		// spin already, or when several of its requests wait (they are
+		// ahead of it in some queue: arrivalSpins), and is readied one
+		// grant ahead of its turn (wakeAhead), or at its grant when the
+		// grant comes from its own Manager (a poke by slot, no syscall).
+		spun = m.t.IsHead(m.a, ref)
+		if token, err, over := m.spinHead(ctx, done, name, ref, true); over {
+			if err == nil && m.relayWanted() {
+				m.mu.Lock()
+				m.relayNext(name)
+				m.mu.Unlock()
+			}
+			return token, err // no waiter made: most contended requests end here
+		}
+	}
+	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: getPokeChan()}
+	w.spun.Store(spun)
+	m.mu.Lock()
+	m.addWaiter(w)
+	if m.deadlock > 0 {
+		m.parkChecked(w) // the deadlock rounds look at it (deadlock.go)
+	}
+	m.mu.Unlock()
+	parked := m.a.Parked()
+	first := atomic.AddUint32(parked, 1) == 1
+	m.t.MarkParked(ref, true) // before the loop's look at the slot (no lost wake-up)
+	now := m.mono()
+	m.refreshView(now) // the one clock read of a park: the waiting policy's view of the machine
+	if first || m.watch.stale(now) {
+		m.watch.kick() // watch the agents in our way (a refresh per park cost 18% of the CPU at 1 x 64)
+	}
+	if holds := carriedRefs(ctx); len(holds) > 0 {
+		m.tagCarried(w, holds) // so that the wait-for graph goes through them (deadlock.go)
+	}
+	// relay: the wait ended in a grant after which relayWanted said yes.
+	// Set only once both returned normally: a fault of the mapping panics
+	// through this defer with err still nil, and relayNext under m.mu reads
+	// nothing of the mapping.
+	relay := false
+	defer func() {
+		m.mu.Lock()
+		m.removeWaiter(w)
+		if relay && err == nil {
+			m.relayNext(name)
+		}
+		m.mu.Unlock()
+		putPokeChan(w.ch) // a late poke of w only makes the chan's next waiter look once more
+		if len(w.dl.tagged) > 0 {
+			m.untagCarried(w)
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			atomic.AddUint32(parked, ^uint32(0))
+			return m.abort(ctx, name, ref)
+		default:
+		}
+		if !m.enter() {
+			atomic.AddUint32(parked, ^uint32(0))
+			return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
+		}
+		st, token, ok := m.t.Status(m.a, ref)
+		readied := w.relay.Swap(false)
+		head := ok && st == table.SlotWaiting && m.spin > 0 && (readied || !w.spun.Load() && m.t.IsHead(m.a, ref))
+		m.leave()
+		switch {
+		case ok && st == table.SlotHeld:
+			atomic.AddUint32(parked, ^uint32(0))
+			token, err := m.granted(ctx, name, ref, token)
+			relay = err == nil && m.relayWanted()
+			return token, err
+		case ok && st == table.SlotWaiting:
+			if m.deadlock > 0 && w.dl.verdict.Load() != nil {
+				// A deadlock round found us a cycle's victim (deadlock.go).
+				if token, err, over := m.checkDeadlock(ctx, name, w); over {
+					atomic.AddUint32(parked, ^uint32(0))
+					return token, err
+				}
+				continue // not withdrawn: look at the slot again
+			}
+		case ok && st == table.SlotStolen:
+			// Granted and stolen before we looked: we never held it usefully.
+			m.t.FreeStolen(m.a, ref)
+			atomic.AddUint32(parked, ^uint32(0))
+			return 0, fmt.Errorf("lock %q: %w", name, ErrStolen)
+		default:
+			atomic.AddUint32(parked, ^uint32(0))
+			return 0, fmt.Errorf("lock %q: request removed from the table (agent reaped?): %w", name, ErrStolen)
+		}
+		if head {
+			// Woken one grant ahead: spin (not counted as parked), then
+			// park again with the usual re-check.
+			w.spun.Store(true)
+			m.t.MarkParked(ref, false) // a grant need not ring us while we spin
+			atomic.AddUint32(parked, ^uint32(0))
+			if token, err, over := m.spinHead(ctx, done, name, ref, false); over {
+				relay = err == nil && m.relayWanted() // a readied request relays in turn
+				return token, err
+			}
+			atomic.AddUint32(parked, 1)
+			m.t.MarkParked(ref, true)
+			continue
+		}
+		select {
+		case <-w.ch: // a poke (also Close's: it sets closed first)
+		case <-done:
+		}
+	}
+}
+
+// spinHead watches the slot of a queued request for up to the spin limit
+// (restarted by progress on the name). over reports that the wait is over
+// (granted or aborted, with token and err); otherwise the caller parks.
+//
+// placed says the caller took one of the spinWindow places (takeSpinPlace);
+// a request woken one grant ahead of its turn spins without one.
+func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name string, ref table.Ref, placed bool) (token uint64, err error, over bool) {
+	if !placed {
+		m.spinners.Add(1)
+	}
+	defer m.spinners.Add(-1)
+	if !m.enter() {
+		return 0, nil, false // the parking loop reports ErrClosed
+	}
+	defer m.leave() // Close waits at most one spin limit for us
+	// The budget starts at the first clock read, after 8 looks: a spin that
+	// ends sooner (most hand-offs) reads no clock.
+	var deadline, nextSched int64
+	progress := m.t.Progress(ref)
+	oneCPU := m.onOneCPU()
+	procs := m.procs.Load()
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			token, err = m.abort(ctx, name, ref)
+			return token, err, true
+		default:
+		}
+		st, token, ok := m.t.Status(m.a, ref)
+		if ok && st == table.SlotHeld {
+			token, err = m.granted(ctx, name, ref, token)
+			return token, err, true
+		}
+		if !ok || st != table.SlotWaiting {
+			return 0, nil, false
+		}
+		parked, spinners := atomic.LoadUint32(m.a.Parked()), m.spinners.Load()
+		lookOnly := spinLooksOnly(oneCPU, spinners, procs, parked)
+		if i&7 == 7 && (!lookOnly || i&63 == 63) {
+			// The budget is adaptive: it restarts whenever the queue moves
+			// (a grant on the name), so a waiter keeps its CPU while its
+			// turn approaches and parks after SpinLimit without progress.
+			// A grant to a parked request of ours bumps our bell word: look
+			// for it here rather than leave it to the doorbell, which
+			// reaches a process whose Ps are all busy spinning only through
+			// the runtime's netpoll (up to 10 ms under sysmon).
+			if bell, last := atomic.LoadUint32(m.a.Bell()), m.lastBell.Load(); bell != last &&
+				atomic.LoadUint32(m.a.Parked()) > 0 && m.lastBell.CompareAndSwap(last, bell) {
+				m.scanWaiters(false)
+			}
+			now := m.mono()
+			if deadline == 0 {
+				deadline, nextSched = now+int64(m.spin), now+int64(goschedEvery)
+				m.refreshView(now)
+			}
+			if p := m.t.Progress(ref); p != progress {
+				progress, deadline = p, now+int64(m.spin)
+			} else if now > deadline {
+				return 0, nil, false
+			}
+			if lookOnly && now > nextSched {
+				nextSched = now + int64(goschedEvery)
+				runtime.Gosched()
+			}
+		}
+		if lookOnly {
+			continue
+		}
+		switch spinStep(i, oneCPU, spinYields(m.agents.Load() > m.usable.Load(), parked, spinners, procs)) {
+		case spinPark:
+			return 0, nil, false
+		case spinOSYield:
+			cpuYield()
+		default:
+			runtime.Gosched()
+		}
+	}
+}
+
+// granted accepts an observed grant unless ctx ended meanwhile: a grant
+// seen after the cancellation is handed back (abort), so a caller whose ctx
+// was cancelled before the grant always gets ErrAborted.
+func (m *Manager) granted(ctx context.Context, name string, ref table.Ref, token uint64) (uint64, error) {
+	if ctx.Err() != nil {
+		return m.abort(ctx, name, ref)
+	}
+	return token, nil
+}
+
+// abort withdraws a waiting request whose ctx ended. If a grant raced with
+// the cancellation and won, the lock is released at once, which hands it to
+// the next waiter: once a waiter has seen its ctx done it returns ErrAborted
+// and holds nothing, and no grant is leaked either way.
+func (m *Manager) abort(ctx context.Context, name string, ref table.Ref) (uint64, error) {
+	if !m.enter() {
+		return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
+	}
+	var w table.Wakes
+	out, _, err := m.t.Abort(m.a, ref, &w)
+	if err == nil && out == table.Granted {
+		err = m.t.Release(m.a, ref, &w)
+	}
+	if !w.Empty() {
+		m.deliver(&w)
+	}
+	m.leave()
+	return 0, fmt.Errorf("%w: lock %q: %w", ErrAborted, name, ctx.Err())
+}
+
+// relayNext readies the earliest parked request of ours on name to spin
+// (m.mu held; it reads nothing of the mapping), called when a request of
+// ours on name was granted after it waited and relayWanted said yes: the
+// next grant of ours on the name is then a few grants away, and a request
+// that spins when its turn comes is handed the lock in a hand-off of
+// memory, where one that sleeps in a process the granter must
+// wake through the doorbell costs a chain of thread wake-ups (a sendto, the
+// bell loop's netpoller thread, then a thread to run the waiter: 25-35 µs
+// per grant that crosses processes with 4 processes x 3 goroutines on 2
+// vCPUs and every request parked; docs/experiments.md). This is the
+// two-level queue's "each grant readies the next local request"
+// (docs/design.md §4); the table's queue alone decides the order. Only when
+// relays says so (a crowded table, more of our requests waiting than we
+// can spin) and when this process may use several CPUs (on one, spinStep
+// parks at once): relayWanted.
+func (m *Manager) relayNext(name string) {
+	q := m.queues[name]
+	if q == nil {
+		return
+	}
+	if w := q.head; !w.relay.Swap(true) {
+		w.poke()
+	}
+}
+
+// relayWanted reports whether a request of ours just granted after it
+// waited should ready our next sleeping one on its name (relayNext). It
+// reads our agent's parked word in the mapping: never call it with m.mu
+// held (a fault would leave the mutex locked).
+//
+// The process-local conditions come first: with one agent (1 x 64) or no
+// more agents than CPUs no grant reads the parked word, which every park
+// and wake-up of the Manager writes.
+func (m *Manager) relayWanted() bool {
+	crowded := m.agents.Load() > m.usable.Load()
+	if m.spin <= 0 || !crowded || m.onOneCPU() {
+		return false
+	}
+	return relays(crowded, atomic.LoadUint32(m.a.Parked()), m.spinners.Load(), m.procs.Load())
+}

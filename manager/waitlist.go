@@ -1,0 +1,114 @@
+package manager
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// The local level of the two-level queue: this Manager's parked requests
+// per name, in the table queue's order, and the channels that wake them.
+
+// waiter is a goroutine waiting for its request to be granted.
+type waiter struct {
+	ref   table.Ref
+	name  string
+	seq   uint32         // the request's place in its name's queue (table.QueueSeq)
+	ch    chan struct{}  // buffered(1): "look at your slot again"
+	spun  atomic.Bool    // spun at the head of the queue already
+	relay atomic.Bool    // set with a poke by relayNext: spin now, our turn is near
+	dl    waiterDeadlock // deadlock detection's state of this request (deadlock.go)
+
+	prev, next *waiter // in m.queues[name], in queue order (m.mu)
+}
+
+// waitList is this Manager's parked requests on one name, in queue order. A
+// name's queue grants in order, so after a ring only a prefix of the list
+// can have been granted, and only the first request still waiting can have
+// become the head: the bell loop looks at that prefix, not at every waiter
+// (O(1) per grant while one name's queue drains).
+type waitList struct{ head, tail *waiter }
+
+// addWaiter registers w (m.mu held), keeping its name's list in queue order.
+func (m *Manager) addWaiter(w *waiter) {
+	m.nwait++
+	m.bySlot.store(w.ref.Slot, w)
+	q := m.queues[w.name]
+	if q == nil {
+		q = &waitList{}
+		m.queues[w.name] = q
+	}
+	p := q.tail
+	for p != nil && int32(p.seq-w.seq) > 0 { // wrap-safe: p is behind w
+		p = p.prev
+	}
+	w.prev = p
+	if p == nil {
+		w.next, q.head = q.head, w
+	} else {
+		w.next, p.next = p.next, w
+	}
+	if w.next == nil {
+		q.tail = w
+	} else {
+		w.next.prev = w
+	}
+}
+
+// eachWaiter calls f for every parked request of ours (m.mu held).
+func (m *Manager) eachWaiter(f func(w *waiter)) {
+	for _, q := range m.queues {
+		for w := q.head; w != nil; w = w.next {
+			f(w)
+		}
+	}
+}
+
+// removeWaiter unregisters w (m.mu held).
+func (m *Manager) removeWaiter(w *waiter) {
+	m.nwait--
+	m.bySlot.clear(w.ref.Slot, w)
+	q := m.queues[w.name]
+	if w.prev == nil {
+		q.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		q.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next = nil, nil
+	if q.head == nil {
+		delete(m.queues, w.name)
+	}
+}
+
+// pokeChans recycles the waiters' poke channels (one allocation per park
+// fewer: makechan and the collector's assists were 9% of the CPU with 64
+// goroutines of one process on one name). A channel may be poked after its
+// waiter left (pokeSlot read the waiter just before it left, a deadlock
+// round holds it): the token makes the channel's next waiter look at its
+// slot once more, which every poke may do anyway.
+var pokeChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+func getPokeChan() chan struct{} {
+	ch := pokeChans.Get().(chan struct{})
+	select {
+	case <-ch: // a late poke of its previous waiter
+	default:
+	}
+	return ch
+}
+
+func putPokeChan(ch chan struct{}) { pokeChans.Put(ch) }
+
+// poke asks w's goroutine to look at its slot again.
+func (w *waiter) poke() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
