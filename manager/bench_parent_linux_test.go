@@ -1,0 +1,430 @@
+//go:build linux
+
+package manager
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// The parent side of the multi-process benchmarks: runLoop starts the loop
+// children of bench_proc_linux_test.go (pinned or not) on a shared control
+// file, runs them for the benchmark window and reduces what they counted
+// there (loopResult: ops/s, max/min per process, CPU shares, hand-off gaps,
+// repeats; bench_goroutines_linux_test.go adds the per-goroutine figures).
+
+// firstCPU returns the lowest CPU this process may run on.
+func firstCPU() int {
+	var s unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &s); err != nil {
+		return 0
+	}
+	for i := 0; i < 1024; i++ {
+		if s.IsSet(i) {
+			return i
+		}
+	}
+	return 0
+}
+
+// startPinned starts cmd; with cpu >= 0 the child is born with its affinity
+// restricted to that CPU (every thread it will ever have, and GOMAXPROCS=1):
+// the forking thread is pinned for the duration of the fork.
+func startPinned(cmd *exec.Cmd, cpu int) error {
+	if cpu < 0 {
+		return cmd.Start()
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var old, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		return err
+	}
+	one.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return err
+	}
+	err := cmd.Start()
+	if rerr := unix.SchedSetaffinity(0, &old); rerr != nil {
+		panic(fmt.Sprintf("restore affinity: %v", rerr))
+	}
+	return err
+}
+
+// benchChildInfo is what a child reported in its ready line.
+type benchChildInfo struct {
+	*child
+	maxprocs, cpus int
+}
+
+// startBenchChild re-execs the test binary as a loop child and waits for "ready".
+func startBenchChild(b testing.TB, role, ctlPath string, a benchArgs, cpu int) benchChildInfo {
+	b.Helper()
+	exe, err := os.Executable()
+	require.NoError(b, err)
+	cmd := exec.Command(exe, "-test.run=^TestBenchHelperProcess$", "-test.v=false")
+	js, _ := json.Marshal(a)
+	cmd.Env = append(os.Environ(), envBenchRole+"="+role, envBenchCtl+"="+ctlPath, envBenchArgs+"="+string(js))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(b, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(b, err)
+	require.NoError(b, startPinned(cmd, cpu))
+	c := &child{t: b, cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+	}()
+	b.Cleanup(c.kill)
+	f := strings.Fields(c.expect("ready"))
+	c.pid, _ = strconv.Atoi(f[1])
+	mp, _ := strconv.Atoi(f[2])
+	nc, _ := strconv.Atoi(f[3])
+	return benchChildInfo{child: c, maxprocs: mp, cpus: nc}
+}
+
+// loopCfg describes one multi-process loop measurement.
+type loopCfg struct {
+	kind    string
+	procs   int
+	mode    Mode
+	csIters int
+	ping    bool
+	pinned  bool
+	opts    *OpenOptions // shm children's OpenOptions (nil: defaults)
+	calib   bool         // measure the two-processes-vs-one calibration first
+	warmup  time.Duration
+	window  time.Duration
+
+	// goroutines > 1: requesting goroutines per child (per-goroutine counts in gops)
+	goroutines int
+}
+
+// loopResult is what the parent saw during the window.
+type loopResult struct {
+	elapsed  time.Duration
+	ops      []uint64 // per process
+	gops     []uint64 // per requesting goroutine (goroutines > 1), process-major
+	total    uint64
+	changes  uint64
+	repeats  uint64
+	viol     uint64
+	calib    float64         // time of the loop in 2 processes at once / alone (0: not measured)
+	cpu      []time.Duration // per process: CPU time in the window (all threads, /proc schedstat)
+	maxprocs int             // GOMAXPROCS and CPUs of the children (from child 0)
+	cpus     int
+	gaps     bool               // gapCount and gapSum were recorded
+	gapCount [gapBuckets]uint64 // ownership changes in the window, by gap (100 ns buckets)
+	gapSum   [gapBuckets]uint64 // their gaps, ns
+}
+
+// gapP50 is the median gap between two sections of different processes (ns,
+// the middle of its 100 ns bucket; 3000 means 3 µs or more).
+func (r loopResult) gapP50() float64 {
+	var n, c uint64
+	for _, v := range r.gapCount {
+		n += v
+	}
+	for i, v := range r.gapCount {
+		if c += v; n > 0 && 2*c >= n {
+			return float64(i*100 + 50)
+		}
+	}
+	return 0
+}
+
+// gapMean is the mean gap (ns).
+func (r loopResult) gapMean() float64 {
+	var n, t uint64
+	for i := range r.gapCount {
+		n, t = n+r.gapCount[i], t+r.gapSum[i]
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(t) / float64(n)
+}
+
+// stallPct is the share of all gap time spent in gaps of 3 µs or more.
+func (r loopResult) stallPct() float64 {
+	var t uint64
+	for _, v := range r.gapSum {
+		t += v
+	}
+	if t == 0 {
+		return 0
+	}
+	return 100 * float64(r.gapSum[gapBuckets-1]) / float64(t)
+}
+
+func (r loopResult) opsPerSec() float64 { return float64(r.total) / r.elapsed.Seconds() }
+
+// nsPerChange is the time per ownership change (handoff) in the window.
+func (r loopResult) nsPerChange() float64 {
+	if r.changes == 0 {
+		return float64(r.elapsed.Nanoseconds())
+	}
+	return float64(r.elapsed.Nanoseconds()) / float64(r.changes)
+}
+
+// maxMin is the ratio of the most to the least operations per process (0 ops: +Inf reported as ops of the max).
+func (r loopResult) maxMin() float64 {
+	lo, hi := r.ops[0], r.ops[0]
+	for _, v := range r.ops {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	if lo == 0 {
+		return float64(hi)
+	}
+	return float64(hi) / float64(lo)
+}
+
+// cpuMaxMin is the ratio of the most to the least CPU time one process got
+// in the window: how evenly the kernel shared the CPUs, apart from the lock.
+func (r loopResult) cpuMaxMin() float64 {
+	if len(r.cpu) == 0 {
+		return 0
+	}
+	lo, hi := r.cpu[0], r.cpu[0]
+	for _, v := range r.cpu {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	if lo <= 0 {
+		return 0
+	}
+	return float64(hi) / float64(lo)
+}
+
+// opsPerCPUMaxMin is the ratio of the most to the least operations per CPU
+// second of one process: unequal ops with equal rates means the kernel, not
+// the lock, favoured a process.
+func (r loopResult) opsPerCPUMaxMin() float64 {
+	lo, hi := -1.0, 0.0
+	for i, c := range r.cpu {
+		if c <= 0 {
+			return 0
+		}
+		v := float64(r.ops[i]) / c.Seconds()
+		if lo < 0 || v < lo {
+			lo = v
+		}
+		hi = max(hi, v)
+	}
+	if lo <= 0 {
+		return 0
+	}
+	return hi / lo
+}
+
+// procCPU is the CPU time process pid has used, summed over its threads
+// (first field of /proc/<pid>/task/*/schedstat, in ns); 0 if unknown.
+func procCPU(pid int) time.Duration {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				sum += time.Duration(v)
+			}
+		}
+	}
+	return sum
+}
+
+// repeatPct is the share of grants that went to the process that held last.
+func (r loopResult) repeatPct() float64 {
+	if r.changes+r.repeats == 0 {
+		return 0
+	}
+	return 100 * float64(r.repeats) / float64(r.changes+r.repeats)
+}
+
+// benchWindow is the measurement window of one loop (SHMLOCKS_BENCH_WINDOW overrides).
+func benchWindow() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("SHMLOCKS_BENCH_WINDOW")); err == nil && d > 0 {
+		return d
+	}
+	return time.Second
+}
+
+// runLoop spawns cfg.procs children, starts them together, samples their
+// counters over the window and stops them.
+func runLoop(b testing.TB, cfg loopCfg) loopResult {
+	b.Helper()
+	dir := b.TempDir()
+	ctlPath := filepath.Join(dir, "ctl")
+	require.NoError(b, os.WriteFile(ctlPath, make([]byte, ctlSize), 0o600))
+	ctl, err := mapCtl(ctlPath)
+	require.NoError(b, err)
+	defer unix.Munmap(ctl)
+	if cfg.opts == nil && cfg.kind == kindShm {
+		// SHMLOCKS_BENCH_SPIN sets the children's SpinLimit (a diagnostic knob; "-1ns": never spin).
+		if d, err := time.ParseDuration(os.Getenv("SHMLOCKS_BENCH_SPIN")); err == nil && d != 0 {
+			cfg.opts = &OpenOptions{SpinLimit: d}
+		}
+	}
+	tablePath := filepath.Join(dir, "bench.tbl")
+	if cfg.kind == kindShm {
+		// Create the table before the children race to.
+		m, err := Open(tablePath, nil)
+		require.NoError(b, err)
+		m.Close()
+	}
+	cpu := -1
+	if cfg.pinned {
+		cpu = firstCPU()
+	}
+	if cfg.warmup == 0 {
+		cfg.warmup = 100 * time.Millisecond
+	}
+	if cfg.window == 0 {
+		cfg.window = benchWindow()
+	}
+	perUS := spinItersPerMicro()
+	gaps := os.Getenv("SHMLOCKS_BENCH_GAPS") != ""
+	kids := make([]benchChildInfo, cfg.procs)
+	for i := range kids {
+		kids[i] = startBenchChild(b, "loop", ctlPath, benchArgs{
+			Kind: cfg.kind, Table: tablePath, Flock: filepath.Join(dir, "flock"), Name: "contended",
+			Index: i, Mode: cfg.mode, CSIters: cfg.csIters, Ping: cfg.ping, Opts: cfg.opts, Calib: int(perUS * 20_000), // ~20 ms
+			Limit: cfg.warmup + cfg.window + 30*time.Second, Gaps: gaps, Goroutines: cfg.goroutines,
+		}, cpu)
+	}
+	res := loopResult{ops: make([]uint64, cfg.procs), maxprocs: kids[0].maxprocs, cpus: kids[0].cpus}
+	if cfg.calib && cfg.procs >= 2 {
+		res.calib = calibrate(kids[0].child, kids[1].child)
+	}
+	for _, k := range kids {
+		k.send("go")
+	}
+	readGaps := func() (c, t [gapBuckets]uint64) {
+		for i := range c {
+			c[i] = atomic.LoadUint64(ctlWord64(ctl, ctlGaps+8*i))
+			t[i] = atomic.LoadUint64(ctlWord64(ctl, ctlGaps+8*(gapBuckets+i)))
+		}
+		return c, t
+	}
+	ng := max(cfg.goroutines, 1)
+	read := func() (time.Time, []uint64, uint64, uint64, uint64) {
+		ops := make([]uint64, cfg.procs, cfg.procs*(1+ng))
+		if ng == 1 {
+			for i := range cfg.procs {
+				ops[i] = atomic.LoadUint64(ctlWord64(ctl, ctlOps+64*i))
+			}
+		} else { // per-process sums, then the per-goroutine counts
+			for i := range cfg.procs * ng {
+				v := atomic.LoadUint64(ctlWord64(ctl, ctlGOps+64*i))
+				ops[i/ng] += v
+				ops = append(ops, v)
+			}
+		}
+		return time.Now(), ops,
+			atomic.LoadUint64(ctlWord64(ctl, ctlChanges)), atomic.LoadUint64(ctlWord64(ctl, ctlRepeats)),
+			atomic.LoadUint64(ctlWord64(ctl, ctlViol))
+	}
+	cpuNow := func() []time.Duration {
+		c := make([]time.Duration, len(kids))
+		for i, k := range kids {
+			c[i] = procCPU(k.pid)
+		}
+		return c
+	}
+	time.Sleep(cfg.warmup)
+	cpu0 := cpuNow()
+	gc0, gs0 := readGaps()
+	t0, ops0, ch0, rep0, _ := read()
+	time.Sleep(cfg.window)
+	t1, ops1, ch1, rep1, viol := read()
+	gc1, gs1 := readGaps()
+	cpu1 := cpuNow()
+	atomic.StoreUint32(ctlWord32(ctl, ctlStop), 1)
+	for _, k := range kids {
+		k.expect("done")
+		k.wait()
+	}
+	res.elapsed = t1.Sub(t0)
+	for i := range cfg.procs {
+		res.ops[i] = ops1[i] - ops0[i]
+		res.total += res.ops[i]
+	}
+	for i := cfg.procs; i < len(ops1); i++ {
+		res.gops = append(res.gops, ops1[i]-ops0[i])
+	}
+	res.changes, res.repeats, res.viol = ch1-ch0, rep1-rep0, viol
+	res.gaps = gaps
+	for i := range gc1 {
+		res.gapCount[i], res.gapSum[i] = gc1[i]-gc0[i], gs1[i]-gs0[i]
+	}
+	for i := range cpu1 {
+		res.cpu = append(res.cpu, cpu1[i]-cpu0[i])
+	}
+	if viol != 0 {
+		b.Errorf("%s: %d mutual-exclusion violations", cfg.kind, viol)
+	}
+	return res
+}
+
+// calibrate times a fixed CPU loop in one child alone, then in two children
+// at once: ~1 means two CPUs really ran them in parallel, ~2 that they
+// shared one.
+func calibrate(c0, c1 *child) float64 {
+	parse := func(l string) float64 {
+		v, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+		return v
+	}
+	// Best of three each: the machine is shared, and noise only ever slows a loop down.
+	var alone, both float64
+	for i := 0; i < 3; i++ {
+		c0.send("calib")
+		v := parse(c0.expect("calib"))
+		if i == 0 || v < alone {
+			alone = v
+		}
+	}
+	for i := 0; i < 3; i++ {
+		c0.send("calib")
+		c1.send("calib")
+		v := (parse(c0.expect("calib")) + parse(c1.expect("calib"))) / 2
+		if i == 0 || v < both {
+			both = v
+		}
+	}
+	return both / alone
+}
+
+// pinName names the pinning variants of a multi-process benchmark.
+func pinName(pinned bool) string {
+	if pinned {
+		return "pinned"
+	}
+	return "unpinned"
+}
+
+// reportPinning records whether the children really ran pinned (CPUs they could use).
+func reportPinning(b *testing.B, r loopResult) {
+	b.ReportMetric(float64(r.cpus), "child-cpus")
+}

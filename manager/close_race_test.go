@@ -1,0 +1,218 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Close, cancellation and release racing with grants: nothing held is
+// lost and no grant leaks, whichever side wins.
+
+func TestCloseReleasesAndAborts(t *testing.T) {
+	path := tablePath(t)
+	m1 := openM(t, path, nil)
+	m2 := openM(t, path, nil)
+	ctx := ctxT(t, eventually)
+	l, err := m1.Acquire(ctx, "c", RequestOptions{})
+	require.NoError(t, err)
+	other, err := m2.Acquire(ctx, "d", RequestOptions{})
+	require.NoError(t, err)
+	w1 := acquireAsync(ctx, m1, "d", RequestOptions{})
+	w2 := acquireAsync(ctx, m2, "c", RequestOptions{})
+	waitPending(t, m2, "c", 1)
+	waitPending(t, m2, "d", 1)
+	require.NoError(t, m1.Close())
+	r := <-w1
+	require.ErrorIs(t, r.err, ErrClosed)
+	select {
+	case <-l.Lost():
+	default:
+		t.Fatal("Close did not close Lost")
+	}
+	require.Error(t, l.Release())
+	mustGrant(t, w2, "waiter granted when the holder's Manager closed").Release()
+	require.NoError(t, m1.Close(), "second Close")
+	_, err = m1.Query(ctx)
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, m1.Request(ctx, "x", RequestOptions{}, nil), ErrClosed)
+	require.NoError(t, other.Release())
+	snap, err := m2.Query(ctx)
+	require.NoError(t, err)
+	require.Empty(t, snap.Held)
+	require.Empty(t, snap.Pending)
+	check(t, m2)
+}
+
+// Close while goroutines of the same Manager take and give back idle names
+// by the fast path, which claims no slot and is not counted in flight:
+// whatever each acquire returns, when Close returns no hold of the closed
+// agent is left in the table (every name is free for another Manager), and
+// the table passes the checker, quiescent orphans included.
+func TestCloseRacingFastAcquires(t *testing.T) {
+	path := tablePath(t)
+	other := openM(t, path, nil)
+	ctx := ctxT(t, eventually)
+	names := []string{"f0", "f1", "f2", "f3"}
+	rounds := 40
+	if testing.Short() || raceEnabled {
+		rounds = 15
+	}
+	for round := 0; round < rounds; round++ {
+		m, err := Open(path, smallTable)
+		require.NoError(t, err)
+		for _, n := range names { // make the names idle entries: the fast path applies
+			l, err := m.Acquire(ctx, n, RequestOptions{})
+			require.NoError(t, err)
+			require.NoError(t, l.Release())
+		}
+		var wg sync.WaitGroup
+		var granted atomic.Int64
+		for g := range names {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					l, err := m.Acquire(ctx, names[g], RequestOptions{})
+					if err != nil {
+						if !errors.Is(err, ErrClosed) {
+							t.Errorf("Acquire: %v", err)
+						}
+						return
+					}
+					granted.Add(1)
+					if err := l.Release(); err != nil && !errors.Is(err, ErrClosed) {
+						t.Errorf("Release: %v", err)
+						return
+					}
+				}
+			}()
+		}
+		for granted.Load() < int64(10*(round%4+1)) {
+			if ctx.Err() != nil {
+				t.Fatalf("round %d: no progress before the deadline", round)
+			}
+			runtime.Gosched()
+		}
+		require.NoError(t, m.Close())
+		wg.Wait()
+		require.NoError(t, other.Table().Check(nil), "round %d", round)
+		for _, n := range names {
+			l, err := other.Acquire(ctx, n, RequestOptions{IfAvailable: true})
+			require.NoError(t, err, "round %d: %s is left held after Close", round, n)
+			require.NoError(t, l.Release())
+		}
+	}
+}
+
+// Hard case 11: a request cancelled at the moment it is granted is either
+// granted (and released by the caller) or not, never both, never leaked.
+func TestCancelRacingGrant(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	rounds := 300
+	if testing.Short() {
+		rounds = 100
+	}
+	granted, aborted := 0, 0
+	for i := 0; i < rounds; i++ {
+		h, err := m.Acquire(context.Background(), "race", RequestOptions{})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), eventually) // cancelled below; the deadline only bounds the test
+		ch := acquireAsync(ctx, m, "race", RequestOptions{})
+		waitQueued(t, m, 1)
+		var r result
+		switch i % 3 {
+		case 0: // the grant is seen before the cancellation: granted
+			require.NoError(t, h.Release())
+			r = <-ch
+			require.NoError(t, r.err)
+			cancel()
+		case 1: // the cancellation first, then the release: aborted (a racing grant is passed on)
+			cancel()
+			require.NoError(t, h.Release())
+		default: // both at once
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); <-start; h.Release() }()
+			go func() { defer wg.Done(); <-start; cancel() }()
+			close(start)
+			wg.Wait()
+		}
+		if r.l == nil && r.err == nil {
+			r = <-ch
+		}
+		if i%3 == 1 {
+			require.ErrorIs(t, r.err, ErrAborted)
+		}
+		if r.err == nil {
+			granted++
+			require.NoError(t, r.l.Release())
+		} else {
+			aborted++
+			require.ErrorIs(t, r.err, ErrAborted)
+		}
+		waitQueued(t, m, 0)
+		for m.Table().Usage().Held != 0 {
+			runtime.Gosched()
+		}
+		check(t, m)
+	}
+	t.Logf("%d granted, %d aborted", granted, aborted)
+	require.NotZero(t, granted)
+	require.NotZero(t, aborted)
+	require.Equal(t, 0, m.Table().Usage().Slots)
+}
+
+func waitQueued(t testing.TB, m *Manager, n int) {
+	deadline := time.Now().Add(eventually)
+	for m.Table().Usage().Waiting != n {
+		require.True(t, time.Now().Before(deadline))
+		runtime.Gosched()
+	}
+}
+
+// Releases racing with Close: each returns nil or ErrClosed, none faults,
+// and the table is consistent and empty afterwards (Close leaves the mapping
+// in place until the Manager is garbage, so a racing Release reads valid
+// memory and finds its slot already freed).
+func TestReleaseRacingClose(t *testing.T) {
+	path := tablePath(t)
+	other := openM(t, path, nil)
+	for round := 0; round < 20; round++ {
+		m, err := Open(path, smallTable)
+		require.NoError(t, err)
+		var locks []*Lock
+		for i := 0; i < 16; i++ {
+			l, err := m.Acquire(context.Background(), fmt.Sprint("rc", i), RequestOptions{})
+			require.NoError(t, err)
+			locks = append(locks, l)
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, l := range locks {
+			wg.Add(1)
+			go func(l *Lock) {
+				defer wg.Done()
+				<-start
+				if err := l.Release(); err != nil {
+					require.ErrorIs(t, err, ErrClosed)
+				}
+			}(l)
+		}
+		close(start)
+		require.NoError(t, m.Close())
+		wg.Wait()
+		snap, err := other.Query(context.Background())
+		require.NoError(t, err)
+		require.Empty(t, snap.Held)
+		check(t, other)
+	}
+}
