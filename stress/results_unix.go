@@ -1,0 +1,219 @@
+//go:build unix
+
+package stress
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/shmlocks/shmlocks/manager"
+)
+
+// The supervisor's results: the workers' counters, checkers and histograms
+// merged into one Report, and the table's own checker at the end.
+
+// report runs the final checks and assembles the report.
+func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
+	cfg, r := s.cfg, s.r
+	rep := &Report{
+		Backend: cfg.Backend, Seed: cfg.Seed, Table: s.table, Procs: cfg.Procs, Goroutines: cfg.Goroutines,
+		Names: cfg.Names, Hold: cfg.Hold.String(), Seconds: elapsed.Seconds(), Kills: s.kills,
+		ViolationMessages: []string{}, Errors: []string{}, Notes: []string{},
+	}
+	sec := math.Max(elapsed.Seconds(), 1e-9)
+
+	// Counters, from the region (they include the killed workers).
+	perPos := make([]int64, cfg.Procs)
+	perG := make([][]int64, cfg.Procs)
+	for p := range perG {
+		perG[p] = make([]int64, cfg.Goroutines)
+	}
+	var samples, overtaken int64
+	for _, w := range all {
+		sl := w.slot
+		st := func(f int) int64 { return int64(r.stat(sl, f)) }
+		rep.Ops += st(slOps)
+		rep.Outcomes.Granted += st(slGranted)
+		rep.Outcomes.NotAvailable += st(slNotAvail)
+		rep.Outcomes.TimedOut += st(slTimedOut)
+		rep.Outcomes.Stolen += st(slStolen)
+		rep.Outcomes.Errors += st(slErrors)
+		rep.Steals += st(slSteals)
+		rep.ExclusiveGrants += st(slExclusive)
+		rep.SharedGrants += st(slShared)
+		samples += st(slFIFOSamp)
+		overtaken += st(slFIFOOver)
+		perPos[w.pos] += st(slOps)
+		for g := range perG[w.pos] {
+			perG[w.pos][g] += int64(r.grants(sl, g))
+		}
+	}
+	rep.OpsPerSec = float64(rep.Ops) / sec
+	rep.OutcomesPerSec = map[string]float64{
+		"granted":      float64(rep.Outcomes.Granted) / sec,
+		"notAvailable": float64(rep.Outcomes.NotAvailable) / sec,
+		"timedOut":     float64(rep.Outcomes.TimedOut) / sec,
+		"stolen":       float64(rep.Outcomes.Stolen) / sec,
+		"errors":       float64(rep.Outcomes.Errors) / sec,
+	}
+	rep.FIFO = FIFO{Samples: samples, Overtaken: overtaken}
+	rep.Fairness.PerProcess = perPos
+	rep.Fairness.Min, rep.Fairness.Max = perPos[0], perPos[0]
+	for _, v := range perPos {
+		rep.Fairness.Min = min(rep.Fairness.Min, v)
+		rep.Fairness.Max = max(rep.Fairness.Max, v)
+	}
+	rep.Fairness.Ratio = ratio(rep.Fairness.Max, rep.Fairness.Min)
+	rep.Fairness.Goroutine = newGoroutineFairness(perG)
+
+	// Histograms from the workers' result files (a killed worker's file is
+	// its last periodic flush).
+	hists := map[string]*hdrhistogram.Histogram{}
+	for _, k := range []string{histWaitExclusive, histWaitShared, histHandoffExclusive, histHandoffShared} {
+		hists[k] = newHist()
+	}
+	partial, missing := 0, 0
+	for _, w := range all {
+		b, err := os.ReadFile(s.resultFile(w.slot))
+		if err != nil {
+			missing++
+			if !w.killed && w.err == nil {
+				s.failures = append(s.failures, fmt.Sprintf("worker pid %d left no result: %v", w.cmd.Process.Pid, err))
+			}
+			continue
+		}
+		if w.killed || w.err != nil {
+			partial++
+		}
+		var res workerResult
+		if err := json.Unmarshal(b, &res); err != nil {
+			s.failures = append(s.failures, fmt.Sprintf("worker pid %d: unreadable result: %v", w.cmd.Process.Pid, err))
+			continue
+		}
+		for k, enc := range res.Hist {
+			h, err := hdrhistogram.Decode([]byte(enc))
+			if err != nil || hists[k] == nil {
+				s.failures = append(s.failures, fmt.Sprintf("worker pid %d: bad histogram %s: %v", w.cmd.Process.Pid, k, err))
+				continue
+			}
+			hists[k].Merge(h)
+		}
+		for _, e := range res.Errors {
+			if len(rep.Errors) < 16 {
+				rep.Errors = append(rep.Errors, fmt.Sprintf("pid %d: %s", w.cmd.Process.Pid, e))
+			}
+		}
+	}
+	if partial+missing > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("latency histograms of %d killed workers end at their last flush (every %v); %d left none",
+			partial+missing, resultEvery, missing))
+	}
+	waitAll, handAll := newHist(), newHist()
+	waitAll.Merge(hists[histWaitExclusive])
+	waitAll.Merge(hists[histWaitShared])
+	handAll.Merge(hists[histHandoffExclusive])
+	handAll.Merge(hists[histHandoffShared])
+	rep.AcquireWaitUs = percentiles(waitAll)
+	rep.HandoffUs = percentiles(handAll)
+	rep.AcquireWaitByMode = map[string]Percentiles{"exclusive": percentiles(hists[histWaitExclusive]), "shared": percentiles(hists[histWaitShared])}
+	rep.HandoffByMode = map[string]Percentiles{"exclusive": percentiles(hists[histHandoffExclusive]), "shared": percentiles(hists[histHandoffShared])}
+	rep.ReapUs = percentiles(s.reap)
+	if s.noSlots {
+		rep.Notes = append(rep.Notes, "chaos paused: the check region ran out of worker slots")
+	}
+
+	// The exclusive-section counter of every name: each exclusive grant
+	// added one, except those fenced off after a steal. A worker killed inside
+	// its section may not have written, and a stolen-from holder preempted
+	// between its fence check and its write may overwrite one increment, so
+	// the counter may fall short by up to kills + steals, never exceed.
+	var deficit, grants int64
+	for n := 0; n < cfg.Names; n++ {
+		count := uint32(loadU64(r.nu64(n, nmCounter)))
+		want := uint32(loadU64(r.nu64(n, nmGrantsX)) - loadU64(r.nu64(n, nmFenced)))
+		d := int64(int32(want - count))
+		grants += int64(loadU64(r.nu64(n, nmGrantsX)))
+		if d < 0 {
+			r.Violation(fmt.Sprintf("counter of %s is %d, above its %d unfenced exclusive sections", nameOf(n), count, want))
+		}
+		if d > 0 {
+			deficit += d
+		}
+	}
+	if tol := int64(s.kills) + rep.Steals; deficit > tol {
+		r.Violation(fmt.Sprintf("lost updates: the exclusive-section counters fall %d short of %d exclusive grants (tolerance %d = kills + steals)",
+			deficit, grants, tol))
+	} else if deficit > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("counters fall %d short (within the tolerance of %d kills + %d steals)", deficit, s.kills, rep.Steals))
+	}
+
+	// The table (or the lock files) must be consistent and empty.
+	switch cfg.Backend {
+	case BackendShmlocks:
+		s.checkTable(rep)
+	case BackendFlock:
+		if err := flockFree(s.lockDir, cfg.Names); err != nil {
+			r.Violation(err.Error())
+		}
+	default:
+		if p, ok := plugin(cfg.Backend); ok && p.Empty != nil {
+			if err := p.Empty(cfg.Target); err != nil {
+				r.Violation(fmt.Sprintf("%s after the run: %v", cfg.Backend, err))
+			}
+		}
+	}
+	for _, f := range s.failures {
+		r.Violation(f)
+	}
+	if rep.Outcomes.Errors > 0 {
+		r.Violation(fmt.Sprintf("%d requests failed with unexpected errors: %s", rep.Outcomes.Errors, strings.Join(rep.Errors, "; ")))
+	}
+	rep.Violations, rep.ViolationMessages = r.Violations()
+	if rep.ViolationMessages == nil {
+		rep.ViolationMessages = []string{}
+	}
+	return rep
+}
+
+// checkTable runs the table's consistency checker and verifies that the
+// table is empty once every worker is gone.
+func (s *supervisor) checkTable(rep *Report) {
+	r := s.r
+	m, err := manager.Open(s.table, nil)
+	if err != nil {
+		r.Violation("final check: " + err.Error())
+		return
+	}
+	defer m.Close()
+	if err := m.Check(); err != nil {
+		r.Violation("table consistency check: " + err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	snap, err := m.Query(ctx)
+	if err != nil {
+		r.Violation("final query: " + err.Error())
+		return
+	}
+	left := append(snap.Held, snap.Pending...)
+	if len(left) == 0 {
+		return
+	}
+	sort.Slice(left, func(i, j int) bool { return left[i].Name < left[j].Name })
+	var b strings.Builder
+	for i, li := range left {
+		if i == 8 {
+			fmt.Fprintf(&b, " ...")
+			break
+		}
+		fmt.Fprintf(&b, " %s %s pid %d;", li.Name, li.Mode, li.PID)
+	}
+	r.Violation(fmt.Sprintf("%d requests left in the table after every worker exited (dead workers must have been reaped):%s", len(left), b.String()))
+}
