@@ -90,18 +90,6 @@ func (s *supervisor) chaos(ctx context.Context) {
 	}
 }
 
-func (s *supervisor) checkAllDone() {
-	for _, d := range s.posDone {
-		if !d {
-			return
-		}
-	}
-	if !s.closed {
-		s.closed = true
-		close(s.allDone)
-	}
-}
-
 // kill marks v killed, arms the reap watches and sends SIGKILL. s.mu held.
 func (s *supervisor) kill(v *worker) {
 	r := s.r

@@ -222,6 +222,11 @@ func (s *supervisor) await(w *worker) {
 	if s.current[w.pos] == w {
 		s.posDone[w.pos] = true
 	}
+	s.checkAllDone()
+}
+
+// checkAllDone closes allDone once every position is done (s.mu held).
+func (s *supervisor) checkAllDone() {
 	for _, d := range s.posDone {
 		if !d {
 			return
