@@ -196,10 +196,14 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 		m.t.FreeClaimed(m.a, ref)
 		return table.Ref{}, 0, ErrClosed
 	}
-	// The first attempt never queues (a waiting request takes a second
-	// one), so the uncontended path reads no clock.
-	ref, out, token, err := m.t.AcquireClaimed(m.a, ref, name, h, uint32(opts.Mode), !opts.Steal, opts.Steal, &w)
-	if out == table.NotAvailable && err == nil && !opts.IfAvailable {
+	// One latched attempt that grants or queues, unless this Manager may be
+	// due to yield outside the queue (mayYield: read without a clock): then
+	// the first attempt only grants, and a request that finds the name
+	// taken yields if it is due before it queues with a second attempt.
+	// Either way an attempt that grants reads no clock.
+	twoSteps := !opts.Steal && !opts.IfAvailable && m.spin > 0 && m.mayYield()
+	ref, out, token, err := m.t.AcquireClaimed(m.a, ref, name, h, uint32(opts.Mode), opts.IfAvailable || twoSteps, opts.Steal, &w)
+	if out == table.NotAvailable && err == nil && twoSteps {
 		// The name is taken. Yield outside the queue if this Manager has
 		// not given up its CPU for yieldEvery: let the other runnable
 		// processes have it before we join the queue, so that the queue is
@@ -207,7 +211,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 		// waiter, not on one the kernel has to schedule first). Not when
 		// the table has no more agents than we have CPUs while another
 		// request of ours waits (yieldsOutsideQueue, waitpolicy.go).
-		if m.spin > 0 && m.shouldYield() {
+		if m.shouldYield() {
 			m.leave()
 			m.yieldIfDue()
 			if !m.enter() {

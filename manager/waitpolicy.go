@@ -63,15 +63,22 @@ func yieldsOutsideQueue(agents, cpus int, waiting bool) bool {
 // no clock. The view is refreshed every 100 ms by whoever reads the clock
 // anyway: a spinning request, a park, a due yield.
 func (m *Manager) shouldYield() bool {
-	waiting := atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
-	if !yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting) {
+	if !m.mayYield() {
 		return false
 	}
+	waiting := atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
 	now := m.mono()
 	if now-m.lastYield.Load() <= int64(yieldEvery) { // not yieldDue
 		return false
 	}
 	m.refreshView(now)
+	return yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting)
+}
+
+// mayYield is shouldYield's rule with the view of the machine as last
+// refreshed and no clock read: false means shouldYield would say no.
+func (m *Manager) mayYield() bool {
+	waiting := atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
 	return yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting)
 }
 
