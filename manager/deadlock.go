@@ -175,12 +175,12 @@ func (m *Manager) checkDeadlock(ctx context.Context, name string, w *waiter) (to
 // the next round while any request is parked; otherwise the rounds stop
 // until the next park arms them (parkChecked).
 func (m *Manager) deadlockRound() {
-	var ws []*waiter
+	var ws []roundWaiter
 	m.mu.Lock()
 	m.dl.epoch++
 	m.eachWaiter(func(w *waiter) {
 		if w.dl.due <= m.dl.epoch && w.dl.verdict.Load() == nil {
-			ws = append(ws, w)
+			ws = append(ws, roundWaiter{w, w.ref})
 		}
 	})
 	m.mu.Unlock()
@@ -198,8 +198,30 @@ func (m *Manager) deadlockRound() {
 	m.mu.Unlock()
 }
 
+// roundWaiter is a parked request a round checks: its waiter and the
+// request the waiter was registered for when the round looked. A waiter is
+// recycled for a later park once its request is over (recycleWaiter), so a
+// round hands a verdict only to a waiter still registered for ref
+// (giveVerdict).
+type roundWaiter struct {
+	w   *waiter
+	ref table.Ref
+}
+
+// giveVerdict hands cycle description msg to rw's request and wakes it, if
+// its waiter is still registered for it (m.mu): a request whose wait ended
+// meanwhile is no cycle's member any more, and its waiter may serve another.
+func (m *Manager) giveVerdict(rw roundWaiter, msg string) {
+	m.mu.Lock()
+	if w := rw.w; m.bySlot.load(rw.ref.Slot) == w && w.ref == rw.ref {
+		w.dl.verdict.Store(&msg)
+		w.poke()
+	}
+	m.mu.Unlock()
+}
+
 // checkRound checks parked requests ws of this Manager.
-func (m *Manager) checkRound(ws []*waiter) error {
+func (m *Manager) checkRound(ws []roundWaiter) error {
 	if err := m.reap(); err != nil {
 		return err
 	}
@@ -216,14 +238,14 @@ func (m *Manager) checkRound(ws []*waiter) error {
 		return nil // the usual case: no cycle at all
 	}
 	type candidate struct {
-		w     *waiter
+		rw    roundWaiter
 		cycle []int
 	}
 	var cands []candidate
-	for _, w := range ws {
-		if i := g.Find(w.ref.Slot, w.ref.Serial); i >= 0 && inCycle[i] {
+	for _, rw := range ws {
+		if i := g.Find(rw.ref.Slot, rw.ref.Serial); i >= 0 && inCycle[i] {
 			if c := g.CycleThrough(i, true); c != nil {
-				cands = append(cands, candidate{w, c})
+				cands = append(cands, candidate{rw, c})
 			}
 		}
 	}
@@ -236,9 +258,7 @@ func (m *Manager) checkRound(ws []*waiter) error {
 	}
 	for _, c := range cands {
 		if table.SameRequests(g, g2, c.cycle) {
-			msg := g.Describe(c.cycle)
-			c.w.dl.verdict.Store(&msg)
-			c.w.poke()
+			m.giveVerdict(c.rw, g.Describe(c.cycle))
 		}
 	}
 	return nil

@@ -93,10 +93,12 @@ type Manager struct {
 	held registry  // our granted locks whose loss is watched, by slot
 	obs  observers // our watches of names (WaitUnlocked, Watch), by slot: observe.go
 
-	mu     sync.Mutex
-	nwait  int                  // our parked requests (in queues)
-	bySlot slotIndex[waiter]    // the same by slot, read without mu (pokeSlot)
-	queues map[string]*waitList // the same, per name in queue order
+	mu          sync.Mutex
+	nwait       int                  // our parked requests (in queues)
+	bySlot      slotIndex[waiter]    // the same by slot, read without mu (pokeSlot)
+	queues      map[string]*waitList // the same, per name in queue order
+	freeWaiters *waiter              // removed waiters kept for reuse, linked by next (waitlist.go)
+	nfree       int                  // waiters on freeWaiters
 
 	bell      *doorbell
 	watch     *watcher

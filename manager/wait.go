@@ -67,9 +67,10 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			return token, err // no waiter made: most contended requests end here
 		}
 	}
-	w := &waiter{ref: ref, name: name, seq: m.t.QueueSeq(ref), ch: getPokeChan()}
-	w.spun.Store(spun)
+	seq := m.t.QueueSeq(ref)
 	m.mu.Lock()
+	w := m.newWaiter(ref, name, seq)
+	w.spun.Store(spun)
 	m.addWaiter(w)
 	if m.deadlock > 0 {
 		m.parkChecked(w) // the deadlock rounds look at it (deadlock.go)
@@ -97,10 +98,14 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 		if relay && err == nil {
 			m.relayNext(name)
 		}
+		tagged := len(w.dl.tagged) > 0
+		if !tagged {
+			m.recycleWaiter(w)
+		}
 		m.mu.Unlock()
-		putPokeChan(w.ch) // a late poke of w only makes the chan's next waiter look once more
-		if len(w.dl.tagged) > 0 {
+		if tagged {
 			m.untagCarried(w)
+			m.dropWaiter(w)
 		}
 	}()
 	for {

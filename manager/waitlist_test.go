@@ -131,3 +131,54 @@ func TestParkedWaitersDrainInOrder(t *testing.T) {
 	otherCancel()
 	check(t, a)
 }
+
+// TestRecycledWaiter: a waiter whose request is over serves a later park,
+// with no poke of its previous request left in its channel, and a deadlock
+// round that looked at it for the previous request hands that request's
+// verdict to nobody (the round's verdict reaches only a waiter still
+// registered for the request it checked).
+func TestRecycledWaiter(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	refA := table.Ref{Slot: 3, Serial: 7}
+	refB := table.Ref{Slot: 5, Serial: 9}
+
+	m.mu.Lock()
+	w := m.newWaiter(refA, "a", 1)
+	m.addWaiter(w)
+	w.relay.Store(true)
+	m.mu.Unlock()
+	stale := roundWaiter{w, refA} // what a round collected while A was parked
+
+	m.mu.Lock()
+	m.removeWaiter(w)
+	m.recycleWaiter(w)
+	m.mu.Unlock()
+	w.poke() // a late poke of A (pokeSlot read w from the slot index before it left)
+
+	m.mu.Lock()
+	w2 := m.newWaiter(refB, "b", 2)
+	m.addWaiter(w2)
+	m.mu.Unlock()
+	require.Same(t, w, w2, "the removed waiter is reused")
+	require.Equal(t, refB, w2.ref)
+	require.Equal(t, "b", w2.name)
+	require.False(t, w2.relay.Load(), "A's relay mark is not B's")
+	require.Empty(t, w2.ch, "A's late poke was drained")
+
+	m.giveVerdict(stale, "A's cycle")
+	require.Nil(t, w2.dl.verdict.Load(), "A's verdict must not reach B")
+	require.Empty(t, w2.ch, "nor wake it")
+
+	m.giveVerdict(roundWaiter{w2, refB}, "B's cycle")
+	v := w2.dl.verdict.Load()
+	require.NotNil(t, v)
+	require.Equal(t, "B's cycle", *v)
+	require.Len(t, w2.ch, 1, "the victim is woken")
+
+	m.mu.Lock()
+	m.removeWaiter(w2)
+	m.recycleWaiter(w2)
+	require.Nil(t, w2.dl.verdict.Load(), "a recycled waiter carries no verdict")
+	require.Equal(t, 1, m.nfree)
+	m.mu.Unlock()
+}
