@@ -94,11 +94,15 @@ type Manager struct {
 	obs  observers // our watches of names (WaitUnlocked, Watch), by slot: observe.go
 
 	mu          sync.Mutex
-	nwait       int                  // our parked requests (in queues)
-	bySlot      slotIndex[waiter]    // the same by slot, read without mu (pokeSlot)
-	queues      map[string]*waitList // the same, per name in queue order
-	freeWaiters *waiter              // removed waiters kept for reuse, linked by next (waitlist.go)
-	nfree       int                  // waiters on freeWaiters
+	nwait       int                            // our parked requests (in queues)
+	bySlot      slotIndex[waiter]              // the same by slot, read without mu (pokeSlot)
+	queues      map[string]*waitList           // the same, per name in queue order
+	freeWaiters *waiter                        // removed waiters kept for reuse, linked by next (waitlist.go)
+	nfree       int                            // waiters on freeWaiters
+	dones       map[<-chan struct{}]*doneWatch // watched Done channels of parked requests (donewatch.go)
+	lastDone    <-chan struct{}                // the Done channel of the last park that did not register
+	nidle       int                            // registrations in dones with no park
+	doneIdleSeq uint64                         // orders idle registrations (oldest stopped first)
 
 	bell      *doorbell
 	watch     *watcher
@@ -172,6 +176,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		held:     newRegistry(t.Slots()),
 		bySlot:   newSlotIndex[waiter](t.Slots()),
 		queues:   map[string]*waitList{},
+		dones:    map[<-chan struct{}]*doneWatch{},
 		clientID: ClientIDOf(nonce),
 	}
 	m.pool.New = func() any { return new(Lock) }
@@ -281,6 +286,9 @@ func (m *Manager) Close() error {
 	// channel every parked goroutine selects on is a lock they all take
 	// at every park and wake-up, 6% of the CPU with 64 of them.)
 	m.pokeAll()
+	m.mu.Lock()
+	m.stopDones() // a park after this one sees closed and does not register
+	m.mu.Unlock()
 	// A fault on the mapping (the file truncated under us) may have
 	// unwound an operation between enter and leave: the count is then not
 	// to be trusted, so the wait is bounded like the one below.

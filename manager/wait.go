@@ -72,6 +72,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 	w := m.newWaiter(ref, name, seq)
 	w.spun.Store(spun)
 	m.addWaiter(w)
+	watched := done != nil && m.watchDone(ctx, done, w) // then the park receives on w.ch only
 	if m.deadlock > 0 {
 		m.parkChecked(w) // the deadlock rounds look at it (deadlock.go)
 	}
@@ -95,6 +96,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 	defer func() {
 		m.mu.Lock()
 		m.removeWaiter(w)
+		m.unwatchDone(w)
 		if relay && err == nil {
 			m.relayNext(name)
 		}
@@ -159,6 +161,10 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			}
 			atomic.AddUint32(parked, 1)
 			m.t.MarkParked(ref, true)
+			continue
+		}
+		if watched {
+			<-w.ch // a poke: Close's (it sets closed first), or the done watch's
 			continue
 		}
 		select {

@@ -21,6 +21,9 @@ type waiter struct {
 	dl    waiterDeadlock // deadlock detection's state of this request (deadlock.go)
 
 	prev, next *waiter // in m.queues[name], in queue order (m.mu)
+
+	dw           *doneWatch // the watch of its context's Done channel, if registered (donewatch.go; m.mu)
+	dprev, dnext *waiter    // in dw's list (m.mu)
 }
 
 // waitList is this Manager's parked requests on one name, in queue order. A
