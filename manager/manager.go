@@ -116,9 +116,8 @@ type Manager struct {
 	loops     atomic.Uint64 // bell-loop rounds done (tests wait for one after a change)
 	lastStl   atomic.Uint32
 	lastInWay atomic.Int64 // unix ns of the last reapHolders look
-	born      time.Time    // monotonic clock base of lastYield and cpuAt
-	lastYield atomic.Int64 // ns since born when this Manager last got its CPU back from a yield
-	cpuAt     atomic.Int64 // ns since born when cpus, usable and agents were last looked up (0: never)
+	lastYield atomic.Int64 // m.mono() when this Manager last got its CPU back from a yield
+	cpuAt     atomic.Int64 // m.mono() when cpus, usable and agents were last looked up (0: never)
 	cpus      atomic.Int32 // CPUs this process may run on (its affinity), as of cpuAt
 	usable    atomic.Int32 // min(cpus, GOMAXPROCS), as of cpuAt
 	procs     atomic.Int32 // GOMAXPROCS, as of cpuAt
@@ -171,7 +170,6 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		path:     path,
 		spin:     spin,
 		deadlock: deadlock,
-		born:     time.Now(),
 		closing:  make(chan struct{}),
 		held:     newRegistry(t.Slots()),
 		bySlot:   newSlotIndex[waiter](t.Slots()),

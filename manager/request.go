@@ -257,8 +257,9 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 	return ref, token, nil
 }
 
-// mono is this Manager's monotonic clock, in ns since Open.
-func (m *Manager) mono() int64 { return int64(time.Since(m.born)) }
+// mono is the waiting policy's monotonic clock: the table's (a park may
+// use its enqueue's reading, Agent.RecentMono).
+func (m *Manager) mono() int64 { return table.MonoNow() }
 
 // reapHolders reaps the dead agents among name's holders and queue, so that
 // an if-available request does not fail because of a process that is gone.

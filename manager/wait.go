@@ -50,8 +50,9 @@ import (
 // wake-up; all the words are sequentially consistent atomics).
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token uint64, err error) {
 	done := ctx.Done()
-	spun := false
+	spun, placed := false, false
 	if m.spin > 0 && m.arrivalMaySpin() && m.takeSpinPlace() {
+		placed = true
 		// A request parks at once when spinWindow requests of its Manager
 		// spin already, or when several of its requests wait (they are
 		// ahead of it in some queue: arrivalSpins), and is readied one
@@ -80,8 +81,14 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 	parked := m.a.Parked()
 	first := atomic.AddUint32(parked, 1) == 1
 	m.t.MarkParked(ref, true) // before the loop's look at the slot (no lost wake-up)
-	now := m.mono()
-	m.refreshView(now) // the one clock read of a park: the waiting policy's view of the machine
+	// The park's clock, for the waiting policy's view of the machine and
+	// the watch: the reading of our enqueue a moment ago, unless we spun
+	// first (a spin may last long while the queue moves).
+	now := m.a.RecentMono()
+	if placed {
+		now = m.mono()
+	}
+	m.refreshView(now)
 	if first || m.watch.stale(now) {
 		m.watch.kick() // watch the agents in our way (a refresh per park cost 18% of the CPU at 1 x 64)
 	}

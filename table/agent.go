@@ -16,11 +16,26 @@ type Agent struct {
 	// InFlight, when set, counts this agent's table operations in progress
 	// (the Manager's own counter). A latch word naming this agent while only
 	// the asking operation is in flight is garbage and may be taken over.
-	InFlight  *atomic.Int64
-	slotHint  atomic.Uint32 // where to look for a free slot first
-	slotMask  *uint64       // our record's agSlotMask
-	entryMask *uint64       // our record's agEntryMask
-	entryHint atomic.Uint32 // where to look for a free entry first
+	InFlight   *atomic.Int64
+	slotHint   atomic.Uint32 // where to look for a free slot first
+	slotMask   *uint64       // our record's agSlotMask
+	entryMask  *uint64       // our record's agEntryMask
+	entryHint  atomic.Uint32 // where to look for a free entry first
+	recentMono atomic.Int64  // the latest MonoNow of an enqueue of ours (RecentMono)
+}
+
+// RecentMono returns the MonoNow reading of this agent's latest enqueue (0
+// before the first): a clock its owner may use, without reading one, for a
+// decision that tolerates a reading as old as that enqueue. Concurrent
+// enqueues keep about the latest (a racing older reading may win by the
+// length of the race).
+func (a *Agent) RecentMono() int64 { return a.recentMono.Load() }
+
+// noteMono records mono as the agent's recent reading if it is later.
+func (a *Agent) noteMono(mono int64) {
+	if mono > a.recentMono.Load() {
+		a.recentMono.Store(mono)
+	}
 }
 
 // Register claims a free agent record for identity id. The record is claimed

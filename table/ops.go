@@ -124,7 +124,9 @@ func (t *Table) AcquireClaimed(a *Agent, r Ref, name string, h uint64, mode uint
 	case ifAvailable:
 		out = NotAvailable
 	default:
-		t.st64(so+slEnqueue, uint64(nowNano()))
+		mono := MonoNow()
+		t.st64(so+slEnqueue, uint64(wallAt(mono)))
+		a.noteMono(mono) // the caller's park uses it (RecentMono)
 		t.enqueue(s, e)
 		out = Queued
 	}

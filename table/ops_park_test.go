@@ -221,7 +221,39 @@ func TestNowNano(t *testing.T) {
 		require.GreaterOrEqual(t, got, prev, "read %d ran backwards", i)
 		prev = got
 	}
-	clockBase.Store(&wallBase{mono: time.Now().Add(-2 * time.Second), wall: 1}) // a base too old: rebased
+	clockBase.Store(&wallBase{mono: MonoNow() - 2*int64(time.Second), wall: 1}) // a base too old: rebased
 	got := nowNano()
 	require.InDelta(t, float64(time.Now().UnixNano()), float64(got), float64(time.Second))
+	clockBase.Store(&wallBase{mono: MonoNow() + 2*int64(time.Second), wall: 1}) // a base from the future: rebased too
+	got = nowNano()
+	require.InDelta(t, float64(time.Now().UnixNano()), float64(got), float64(time.Second))
+	// A reading taken before a rebase converts by the new base.
+	mono := MonoNow()
+	clockBase.Store(nil)
+	require.InDelta(t, float64(time.Now().UnixNano()), float64(wallAt(mono)), float64(time.Millisecond))
+}
+
+// TestRecentMono: an enqueue hands its clock reading to its agent, and the
+// agent keeps the latest.
+func TestRecentMono(t *testing.T) {
+	tb := newTestTable(t, smallGeometry)
+	a, b := registerPID(t, tb, 101), registerPID(t, tb, 102)
+	require.Zero(t, b.RecentMono())
+	h := Hash("n")
+	var w Wakes
+	_, out, _, err := tb.Acquire(a, "n", h, ModeExclusive, false, false, &w)
+	require.NoError(t, err)
+	require.Equal(t, Granted, out)
+	require.Zero(t, b.RecentMono(), "a grant reads no clock")
+	before := MonoNow()
+	_, out, _, err = tb.Acquire(b, "n", h, ModeExclusive, false, false, &w)
+	require.NoError(t, err)
+	require.Equal(t, Queued, out)
+	after := MonoNow()
+	got := b.RecentMono()
+	require.GreaterOrEqual(t, got, before)
+	require.LessOrEqual(t, got, after)
+	b.noteMono(got - 1)
+	require.Equal(t, got, b.RecentMono(), "an older reading does not replace a later one")
+	require.NoError(t, tb.Check(a))
 }
