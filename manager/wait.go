@@ -124,14 +124,18 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			return m.abort(ctx, name, ref)
 		default:
 		}
-		if !m.enter() {
+		if m.closed.Load() {
 			atomic.AddUint32(parked, ^uint32(0))
 			return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
 		}
+		// A look outside the in-flight count (enter): Status and IsHead
+		// only read our slot and its entry, which stay mapped until the
+		// Manager is garbage; a slot that Close's deregistration freed
+		// meanwhile is reported as ErrClosed below. Two atomic adds on a
+		// word every goroutine of the Manager shares fewer per look.
 		st, token, ok := m.t.Status(m.a, ref)
-		readied := w.relay.Swap(false)
+		readied := w.relay.Load() && w.relay.Swap(false)
 		head := ok && st == table.SlotWaiting && m.spin > 0 && (readied || !w.spun.Load() && m.t.IsHead(m.a, ref))
-		m.leave()
 		switch {
 		case ok && st == table.SlotHeld:
 			atomic.AddUint32(parked, ^uint32(0))
@@ -154,6 +158,9 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			return 0, fmt.Errorf("lock %q: %w", name, ErrStolen)
 		default:
 			atomic.AddUint32(parked, ^uint32(0))
+			if m.closed.Load() {
+				return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
+			}
 			return 0, fmt.Errorf("lock %q: request removed from the table (agent reaped?): %w", name, ErrStolen)
 		}
 		if head {

@@ -20,7 +20,8 @@ type waiter struct {
 	relay atomic.Bool    // set with a poke by relayNext: spin now, our turn is near
 	dl    waiterDeadlock // deadlock detection's state of this request (deadlock.go)
 
-	prev, next *waiter // in m.queues[name], in queue order (m.mu)
+	prev, next *waiter   // in m.queues[name], in queue order (m.mu)
+	q          *waitList // m.queues[name] while registered (m.mu)
 
 	dw           *doneWatch // the watch of its context's Done channel, if registered (donewatch.go; m.mu)
 	dprev, dnext *waiter    // in dw's list (m.mu)
@@ -42,6 +43,7 @@ func (m *Manager) addWaiter(w *waiter) {
 		q = &waitList{}
 		m.queues[w.name] = q
 	}
+	w.q = q
 	p := q.tail
 	for p != nil && int32(p.seq-w.seq) > 0 { // wrap-safe: p is behind w
 		p = p.prev
@@ -72,7 +74,8 @@ func (m *Manager) eachWaiter(f func(w *waiter)) {
 func (m *Manager) removeWaiter(w *waiter) {
 	m.nwait--
 	m.bySlot.clear(w.ref.Slot, w)
-	q := m.queues[w.name]
+	q := w.q
+	w.q = nil
 	if w.prev == nil {
 		q.head = w.next
 	} else {
