@@ -39,8 +39,10 @@
 // more than GOMAXPROCS wait its spinners yield to the OS, not to its own
 // goroutines (spinYields). The table's queue alone decides grants, so FIFO
 // per request holds across processes (docs/design.md §4, "Many requests per
-// process"). The local level is waitlist.go, the wait itself (spin, park,
-// relay, abort) wait.go, and what the bell loop does on a ring scan.go.
+// process"). The local level is waitlist.go (with the waiters' free list),
+// the wait itself (spin, park, relay, abort) wait.go, the one watch of a
+// context's Done channel that many parked requests share donewatch.go, and
+// what the bell loop does on a ring scan.go.
 // The waiting policy (waitpolicy.go) decides only who burns a
 // CPU: a process yields its CPU outside the queue (so that queues are made
 // of running processes) only while the table has more agents than it has
