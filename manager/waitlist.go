@@ -124,10 +124,17 @@ func (m *Manager) recycleWaiter(w *waiter) {
 		m.dropWaiter(w)
 		return
 	}
+	// Reset what the next park does not set itself (newWaiter and wait set
+	// ref, name, seq and spun), storing only what is set: each atomic store
+	// is a locked instruction.
 	w.name = "" // no name kept alive by the free list
-	w.spun.Store(false)
-	w.relay.Store(false)
-	w.dl = waiterDeadlock{}
+	if w.relay.Load() {
+		w.relay.Store(false)
+	}
+	w.dl.due, w.dl.tagged = 0, nil
+	if w.dl.verdict.Load() != nil {
+		w.dl.verdict.Store(nil)
+	}
 	w.prev, w.next = nil, m.freeWaiters
 	m.freeWaiters = w
 	m.nfree++
