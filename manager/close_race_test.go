@@ -216,3 +216,51 @@ func TestReleaseRacingClose(t *testing.T) {
 		check(t, other)
 	}
 }
+
+// TestCloseLeavesNoParkedCount: Close waits for its parked requests to take
+// themselves off its agent's parked count before it frees the agent record,
+// even when they are slow to (a 20 ms pause in that path, closedParkHook).
+// A decrement after that would land in the record of the next Manager to
+// register there (here the next one opened by this process, which starts
+// its search at the same record), whose count would then read one low: a
+// grant to its parked request would skip the doorbell, and the request
+// would wait for the periodic scan.
+func TestCloseLeavesNoParkedCount(t *testing.T) {
+	pause := func() { time.Sleep(20 * time.Millisecond) } // widens the race; Close must wait it out
+	closedParkHook.Store(&pause)
+	t.Cleanup(func() { closedParkHook.Store(nil) })
+	path := tablePath(t)
+	m0 := openM(t, path, nil)
+	ctx := ctxT(t, eventually)
+	held, err := m0.Acquire(ctx, "n", RequestOptions{})
+	require.NoError(t, err)
+	for round := range 3 {
+		m1 := openM(t, path, nil)
+		const n = 32
+		res := make([]<-chan result, n)
+		for i := range res {
+			res[i] = acquireAsync(ctx, m1, "n", RequestOptions{})
+		}
+		require.Eventually(t, func() bool {
+			parked, _ := parkedCount(m1)
+			return parked == n
+		}, eventually, time.Millisecond, "round %d: every request parks", round)
+		idx := m1.a.Idx
+		require.NoError(t, m1.Close())
+		m2 := openM(t, path, nil) // registers at m1's record if it is free
+		for _, ch := range res {
+			select {
+			case r := <-ch:
+				require.ErrorIs(t, r.err, ErrClosed)
+			case <-ctx.Done():
+				t.Fatal("a parked request did not return after Close")
+			}
+		}
+		if m2.a.Idx == idx {
+			require.Zero(t, atomic.LoadUint32(m2.a.Parked()), "round %d: the new Manager's parked count", round)
+		}
+		require.NoError(t, m2.Close())
+	}
+	require.NoError(t, held.Release())
+	check(t, m0)
+}

@@ -296,6 +296,14 @@ func (m *Manager) Close() error {
 		}
 		time.Sleep(10 * time.Microsecond)
 	}
+	// Parked requests were poked: each sees closed, takes itself off the
+	// agent's parked count and leaves. Wait for them (bounded) before the
+	// record is freed: a decrement after that would land in the record of
+	// the next Manager to register there, whose count would read one low
+	// (a grant to its parked request would then skip the doorbell).
+	for deadline := time.Now().Add(time.Second); m.parkedWaiters() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Microsecond)
+	}
 	// The uncontended path of acquire is not counted in flight: wait until
 	// no request of ours is between claiming its slot and its outcome (a
 	// few hundred nanoseconds; bounded in case the slot words are garbage).
@@ -323,6 +331,13 @@ func (m *Manager) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// parkedWaiters returns how many requests of ours are registered as parked.
+func (m *Manager) parkedWaiters() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.nwait
 }
 
 // noteFault records that a read of the mapping faulted (the file was

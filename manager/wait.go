@@ -125,7 +125,10 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 		default:
 		}
 		if m.closed.Load() {
-			atomic.AddUint32(parked, ^uint32(0))
+			if h := closedParkHook.Load(); h != nil {
+				(*h)()
+			}
+			atomic.AddUint32(parked, ^uint32(0)) // before Close frees the agent record: it waits for us
 			return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
 		}
 		// A look outside the in-flight count (enter): Status and IsHead
@@ -187,6 +190,11 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 		}
 	}
 }
+
+// closedParkHook, when set (tests only), runs when a parked request has
+// seen its Manager closed, before it takes itself off the agent's parked
+// count: a pause there widens the moment Close must wait for.
+var closedParkHook atomic.Pointer[func()]
 
 // spinHead watches the slot of a queued request for up to the spin limit
 // (restarted by progress on the name). over reports that the wait is over
