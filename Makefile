@@ -2,7 +2,7 @@
 GO      ?= go
 TIMEOUT ?= 8m
 
-.PHONY: all build run demo test fmt vet race poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd prom etcd etcd-vet bench clean
+.PHONY: all build run demo test fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd prom etcd etcd-vet bench clean
 
 all: build
 
@@ -21,7 +21,8 @@ run: build
 demo: build
 	./shmlocks demo
 
-# Everything CI checks: formatting, vet, the race-enabled suite, the suite on
+# Everything CI checks: formatting, vet, the race-enabled suite, the tests
+# that truncate a live table (without -race, which skips them), the suite on
 # the polling fallback, the 32-bit suite where the kernel can run it, the
 # windows vet (the !unix fallbacks), and the nested modules: prom (the
 # Prometheus Collector) and etcd (the backend), each with its own go.mod so
@@ -30,7 +31,7 @@ demo: build
 # library once per configuration: that is why the darwin and freebsd vets and
 # the 32-bit vet (where 32-bit binaries cannot run) are left to make cross
 # (measured: 10.3 minutes with them).
-test: fmt vet race poll 386run cross-windows prom etcd
+test: fmt vet race faults poll 386run cross-windows prom etcd
 
 fmt:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*')); \
@@ -42,6 +43,12 @@ vet:
 
 race:
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+
+# The tests that truncate a live table under running goroutines, on the
+# default build without the race detector, which skips them (see
+# skipFaultsUnderRace in manager/helpers_test.go).
+faults:
+	$(GO) test -count=1 -timeout $(TIMEOUT) -run '^(TestTruncatedUnderUs|TestTruncatedUnderUsOperations|TestLogCorrupt)$$' ./manager
 
 poll:
 	$(GO) test -tags shmlocks_poll -short -count=1 -timeout $(TIMEOUT) ./...

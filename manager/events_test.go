@@ -164,6 +164,7 @@ func TestLogSteal(t *testing.T) {
 // A table truncated under a Manager is logged as corrupt (once per second
 // at most, then with the count of records left out) and counted.
 func TestLogCorrupt(t *testing.T) {
+	skipFaultsUnderRace(t)
 	h := &captureHandler{}
 	path := tablePath(t)
 	m := openM(t, path, loggedOpts(&OpenOptions{}, h))

@@ -38,6 +38,21 @@ func check(t testing.TB, m *Manager) {
 	require.NoError(t, m.Check())
 }
 
+// skipFaultsUnderRace skips a test that truncates a live table under
+// running goroutines when the race detector is on. The race runtime makes
+// some accesses to the mapping from its own code, on the system stack,
+// where a fault that SetPanicOnFault turns into a panic cannot always be
+// unwound: one CI run of the race suite died with "fatal error: traceback
+// did not unwind completely" in the middle of these tests (2026-11-27),
+// and never outside them. `make test` runs them without -race (the faults
+// target) and on the polling build (poll).
+func skipFaultsUnderRace(t testing.TB) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("truncates a live mapping: run without -race (make faults)")
+	}
+}
+
 func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)

@@ -137,6 +137,7 @@ func TestHostileWords(t *testing.T) {
 // ErrCorrupt instead of dying of SIGBUS (the default geometry spans many
 // pages, so the reads past the new end fault).
 func TestTruncatedUnderUs(t *testing.T) {
+	skipFaultsUnderRace(t)
 	path := tablePath(t)
 	m := openM(t, path, &OpenOptions{})
 	l, err := m.Acquire(context.Background(), "t", RequestOptions{})
@@ -163,6 +164,7 @@ func TestTruncatedUnderUs(t *testing.T) {
 // for an operation the fault unwound). To 0 bytes every read faults; to
 // 100 bytes the first page still reads (as zeros past the end).
 func TestTruncatedUnderUsOperations(t *testing.T) {
+	skipFaultsUnderRace(t)
 	for _, size := range []int64{0, 100} {
 		t.Run(fmt.Sprintf("size=%d", size), func(t *testing.T) {
 			old := table.LatchGiveUp
