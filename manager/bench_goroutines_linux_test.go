@@ -154,14 +154,7 @@ func (r loopResult) gMaxMin() float64 {
 	if len(r.gops) == 0 {
 		return r.maxMin()
 	}
-	lo, hi := r.gops[0], r.gops[0]
-	for _, v := range r.gops {
-		lo, hi = min(lo, v), max(hi, v)
-	}
-	if lo == 0 {
-		return float64(hi)
-	}
-	return float64(hi) / float64(lo)
+	return spread(r.gops)
 }
 
 // benchLoopGoroutines is the child's loop with a.Goroutines goroutines

@@ -185,9 +185,13 @@ func (r loopResult) nsPerChange() float64 {
 }
 
 // maxMin is the ratio of the most to the least operations per process (0 ops: +Inf reported as ops of the max).
-func (r loopResult) maxMin() float64 {
-	lo, hi := r.ops[0], r.ops[0]
-	for _, v := range r.ops {
+func (r loopResult) maxMin() float64 { return spread(r.ops) }
+
+// spread is the ratio of the largest to the smallest of counts (0 smallest:
+// the largest itself).
+func spread(counts []uint64) float64 {
+	lo, hi := counts[0], counts[0]
+	for _, v := range counts {
 		lo, hi = min(lo, v), max(hi, v)
 	}
 	if lo == 0 {

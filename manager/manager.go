@@ -301,18 +301,14 @@ func (m *Manager) Close() error {
 	// record is freed: a decrement after that would land in the record of
 	// the next Manager to register there, whose count would read one low
 	// (a grant to its parked request would then skip the doorbell).
-	for deadline := time.Now().Add(time.Second); m.parkedWaiters() > 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Microsecond)
-	}
+	pollUntil(time.Second, func() bool { return m.parkedWaiters() == 0 })
 	// The uncontended path of acquire is not counted in flight: wait until
 	// no request of ours is between claiming its slot and its outcome (a
 	// few hundred nanoseconds; bounded in case the slot words are garbage).
 	// A fast acquire claims nothing: it looks at closed after its CAS and
 	// gives the lock back itself if it finds it set, while Deregister
 	// releases every fast hold it finds (see acquire).
-	for deadline := time.Now().Add(time.Second); !m.t.ClaimsSettled(m.a) && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Microsecond)
-	}
+	pollUntil(time.Second, func() bool { return m.t.ClaimsSettled(m.a) })
 	m.watch.stop()
 	m.bell.close()
 	m.bg.Wait()
@@ -331,6 +327,13 @@ func (m *Manager) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// pollUntil looks at done every 10 µs until it says true or bound has passed.
+func pollUntil(bound time.Duration, done func() bool) {
+	for deadline := time.Now().Add(bound); !done() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Microsecond)
+	}
 }
 
 // parkedWaiters returns how many requests of ours are registered as parked.

@@ -104,10 +104,7 @@ func (m *Manager) newWaiter(ref table.Ref, name string, seq uint32) *waiter {
 	m.freeWaiters, w.next = w.next, nil
 	m.nfree--
 	w.ref, w.name, w.seq = ref, name, seq
-	select {
-	case <-w.ch: // a late poke of its previous request
-	default:
-	}
+	drainPoke(w.ch) // a late poke of its previous request
 	return w
 }
 
@@ -159,11 +156,16 @@ var pokeChans = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
 func getPokeChan() chan struct{} {
 	ch := pokeChans.Get().(chan struct{})
+	drainPoke(ch) // a late poke of its previous waiter
+	return ch
+}
+
+// drainPoke empties a reused poke channel.
+func drainPoke(ch chan struct{}) {
 	select {
-	case <-ch: // a late poke of its previous waiter
+	case <-ch:
 	default:
 	}
-	return ch
 }
 
 func putPokeChan(ch chan struct{}) { pokeChans.Put(ch) }

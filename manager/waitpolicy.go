@@ -63,10 +63,10 @@ func yieldsOutsideQueue(agents, cpus int, waiting bool) bool {
 // no clock. The view is refreshed every 100 ms by whoever reads the clock
 // anyway: a spinning request, a park, a due yield.
 func (m *Manager) shouldYield() bool {
-	if !m.mayYield() {
+	waiting := m.ownWaiting()
+	if !yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting) {
 		return false
 	}
-	waiting := atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
 	now := m.mono()
 	if now-m.lastYield.Load() <= int64(yieldEvery) { // not yieldDue
 		return false
@@ -78,8 +78,13 @@ func (m *Manager) shouldYield() bool {
 // mayYield is shouldYield's rule with the view of the machine as last
 // refreshed and no clock read: false means shouldYield would say no.
 func (m *Manager) mayYield() bool {
-	waiting := atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
-	return yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting)
+	return yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), m.ownWaiting())
+}
+
+// ownWaiting reports whether a request of this Manager waits (asleep or
+// spinning).
+func (m *Manager) ownWaiting() bool {
+	return atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
 }
 
 // onOneCPU reports whether this process may run on a single CPU only (then
