@@ -246,10 +246,9 @@ func (l *Lock) release(word uint64) error {
 	// No in-flight count here (the uncontended path saves two atomic adds):
 	// a Close racing with this Release leaves the mapping valid (see Close)
 	// and frees our slot, so the table finds it no longer ours and does nothing.
-	poked, err := m.tableRelease(l.ref)
+	err := m.tableRelease(l.ref)
 	switch {
 	case err == nil:
-		m.afterRelease(poked > 0) // hand the P to a sibling we granted (turns.go)
 		if l.token%yieldCheckOps == 0 && m.spin > 0 {
 			// Give up the CPU between an unlock and the next lock, never
 			// while holding or queued, so that the kernel rarely needs to
@@ -279,19 +278,18 @@ func (l *Lock) release(word uint64) error {
 	}
 }
 
-// tableRelease gives up ref in the table and delivers the wakes (poked:
-// how many sleeping requests of ours it poked), with a
+// tableRelease gives up ref in the table and delivers the wakes, with a
 // fault on the mapping (the file truncated under us) returned as
 // ErrCorrupt: the Lock then stays held and releasable, as for any table
 // error.
-func (m *Manager) tableRelease(ref table.Ref) (poked int, err error) {
+func (m *Manager) tableRelease(ref table.Ref) (err error) {
 	defer table.EndGuard(table.BeginGuard(), &err, m.faultFn)
 	var w table.Wakes
 	err = m.t.Release(m.a, ref, &w)
 	if !w.Empty() {
-		poked = m.deliver(&w)
+		m.deliver(&w)
 	}
-	return poked, err
+	return err
 }
 
 func (l *Lock) notHeldErr() error {

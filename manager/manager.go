@@ -122,7 +122,6 @@ type Manager struct {
 	usable    atomic.Int32 // min(cpus, GOMAXPROCS), as of cpuAt
 	procs     atomic.Int32 // GOMAXPROCS, as of cpuAt
 	agents    atomic.Int32 // live agents on the table, as of cpuAt (waitpolicy.go)
-	turnState              // who yields the P at a release (turns.go)
 
 	pool sync.Pool // *Lock for Request
 
@@ -365,9 +364,8 @@ func (m *Manager) ring(agent uint32, nonce uint64) {
 
 // deliver delivers w: a sleeping request of this Manager that was granted
 // or made the head is poked directly (pokeSlot), every other agent rung.
-// It returns how many requests of ours it poked.
-func (m *Manager) deliver(w *table.Wakes) int {
-	return m.t.DeliverLocal(w, m.a.Idx, m.pokeFn, m.ringFn)
+func (m *Manager) deliver(w *table.Wakes) {
+	m.t.DeliverLocal(w, m.a.Idx, m.pokeFn, m.ringFn)
 }
 
 // pokeSlot pokes the parked waiter of ours at slot s, if any. A waiter
