@@ -204,6 +204,7 @@ END {
 		else target("#18 " what " ops/s against flock", "", 0)
 		if (gp[k] == 1) {
 			r = m(G, "shm/chan"); target("#18 " what " ops/s >= 0.3x the in-process channel FIFO", fmt(r) "x (" fmt(m(G, "shm-ops/s")) " vs " fmt(m(G, "chan-ops/s")) " ops/s)", r != "" && r >= 0.3)
+			printf "| #18 %s with OpenOptions.HandOver (not the default: fairness per goroutine left to the Go scheduler) | %sx flock, %sx the channel, max/min per goroutine %s | reported |\n", what, fmt(m(G, "ho/flock")), fmt(m(G, "ho/chan")), fmt(m(G, "ho-g-maxmin"))
 		}
 		r = m(G, "shm-g-maxmin"); target("#18 max/min ops per goroutine <= 1.5, " what " (flock " fmt(m(G, "flock-g-maxmin")) ")", fmt(r), r != "" && r <= 1.5)
 		printf "| #18 %s against a ticket lock (the strict-FIFO baseline) | %sx (the ticket lock: %sx flock) | reported |\n", what, fmt(m(G, "shm/ticket")), fmt(m(G, "ticket/flock"))

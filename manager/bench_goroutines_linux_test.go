@@ -105,13 +105,15 @@ var goroutineRows = []struct{ procs, goroutines int }{
 func BenchmarkGoroutines(b *testing.B) {
 	for _, row := range goroutineRows {
 		b.Run(fmt.Sprintf("procs=%d/goroutines=%d", row.procs, row.goroutines), func(b *testing.B) {
-			var shm, fl, tk, ch loopResult
+			var shm, fl, tk, ch, ho loopResult
 			for i := 0; i < b.N; i++ {
 				shm = runLoop(b, loopCfg{kind: kindShm, procs: row.procs, goroutines: row.goroutines})
 				fl = runLoop(b, loopCfg{kind: kindFlock, procs: row.procs, goroutines: row.goroutines})
 				tk = runLoop(b, loopCfg{kind: kindTicket, procs: row.procs, goroutines: row.goroutines})
 				if row.procs == 1 {
 					ch = runLoop(b, loopCfg{kind: kindChan, procs: 1, goroutines: row.goroutines})
+					// The same loop with OpenOptions.HandOver (turns.go).
+					ho = runLoop(b, loopCfg{kind: kindShm, procs: 1, goroutines: row.goroutines, opts: &OpenOptions{HandOver: true}})
 				}
 			}
 			b.ReportMetric(shm.opsPerSec(), "shm-ops/s")
@@ -133,6 +135,10 @@ func BenchmarkGoroutines(b *testing.B) {
 				b.ReportMetric(ch.opsPerSec(), "chan-ops/s")
 				b.ReportMetric(shm.opsPerSec()/ch.opsPerSec(), "shm/chan")
 				b.ReportMetric(ch.gMaxMin(), "chan-g-maxmin")
+				b.ReportMetric(ho.opsPerSec(), "ho-ops/s")
+				b.ReportMetric(ho.opsPerSec()/fl.opsPerSec(), "ho/flock")
+				b.ReportMetric(ho.opsPerSec()/ch.opsPerSec(), "ho/chan")
+				b.ReportMetric(ho.gMaxMin(), "ho-g-maxmin")
 			}
 		})
 	}
@@ -270,11 +276,13 @@ func TestBenchGoroutinesLoop(t *testing.T) {
 		t.Skip("seven child processes")
 	}
 	for _, c := range []struct {
-		kind              string
+		kind, name        string
 		procs, goroutines int
-	}{{kindShm, 2, 3}, {kindFlock, 2, 3}, {kindTicket, 2, 3}, {kindChan, 1, 4}} {
-		t.Run(c.kind, func(t *testing.T) {
-			r := runLoop(t, loopCfg{kind: c.kind, procs: c.procs, goroutines: c.goroutines,
+		opts              *OpenOptions
+	}{{kindShm, "shm", 2, 3, nil}, {kindFlock, "flock", 2, 3, nil}, {kindTicket, "ticket", 2, 3, nil}, {kindChan, "chan", 1, 4, nil},
+		{kindShm, "shm-handover", 1, 8, &OpenOptions{HandOver: true}}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runLoop(t, loopCfg{kind: c.kind, procs: c.procs, goroutines: c.goroutines, opts: c.opts,
 				warmup: 50 * time.Millisecond, window: 200 * time.Millisecond})
 			require.Len(t, r.gops, c.procs*c.goroutines)
 			require.Len(t, r.ops, c.procs)

@@ -46,7 +46,12 @@
 // The waiting policy (waitpolicy.go) decides only who burns a
 // CPU: a process yields its CPU outside the queue (so that queues are made
 // of running processes) only while the table has more agents than it has
-// CPUs, or while none of its requests waits.
+// CPUs, or while none of its requests waits. With OpenOptions.HandOver
+// (off by default), turns.go decides who runs after a release: a release
+// that granted a sleeping request of its own Manager yields the P to it,
+// and while a goroutine sits in such a yield every 16th release yields
+// too, so that goroutines take turns at an emptied name (throughput for
+// short sections; fairness per goroutine is then the Go scheduler's).
 //
 // State, WaitUnlocked and Watch observe a name without requesting it: its
 // holders and queue, the first instant a request would be granted, every

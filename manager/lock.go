@@ -246,9 +246,10 @@ func (l *Lock) release(word uint64) error {
 	// No in-flight count here (the uncontended path saves two atomic adds):
 	// a Close racing with this Release leaves the mapping valid (see Close)
 	// and frees our slot, so the table finds it no longer ours and does nothing.
-	err := m.tableRelease(l.ref)
+	poked, err := m.tableRelease(l.ref)
 	switch {
 	case err == nil:
+		m.afterRelease(poked > 0) // hand the P to a sibling we granted (turns.go)
 		if l.token%yieldCheckOps == 0 && m.spin > 0 {
 			// Give up the CPU between an unlock and the next lock, never
 			// while holding or queued, so that the kernel rarely needs to
@@ -278,18 +279,19 @@ func (l *Lock) release(word uint64) error {
 	}
 }
 
-// tableRelease gives up ref in the table and delivers the wakes, with a
+// tableRelease gives up ref in the table and delivers the wakes (poked:
+// how many sleeping requests of ours it poked), with a
 // fault on the mapping (the file truncated under us) returned as
 // ErrCorrupt: the Lock then stays held and releasable, as for any table
 // error.
-func (m *Manager) tableRelease(ref table.Ref) (err error) {
+func (m *Manager) tableRelease(ref table.Ref) (poked int, err error) {
 	defer table.EndGuard(table.BeginGuard(), &err, m.faultFn)
 	var w table.Wakes
 	err = m.t.Release(m.a, ref, &w)
 	if !w.Empty() {
-		m.deliver(&w)
+		poked = m.deliver(&w)
 	}
-	return err
+	return poked, err
 }
 
 func (l *Lock) notHeldErr() error {

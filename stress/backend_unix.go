@@ -38,8 +38,12 @@ type shmBackend struct {
 	m *manager.Manager
 }
 
-func newShmBackend(table string) (*shmBackend, error) {
-	m, err := manager.Open(table, nil)
+func newShmBackend(table string, handOver bool) (*shmBackend, error) {
+	var o *manager.OpenOptions
+	if handOver {
+		o = &manager.OpenOptions{HandOver: true}
+	}
+	m, err := manager.Open(table, o)
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,7 @@ type Config struct {
 	Timeout     float64       // fraction of waiting requests given a deadline
 	Deadline    time.Duration // that deadline
 	Hold        Hold          // how long a granted lock is held
+	HandOver    bool          // shmlocks workers open with manager.OpenOptions.HandOver
 
 	Target string // what a registered backend's workers open (RegisterBackend)
 

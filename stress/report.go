@@ -126,6 +126,7 @@ type Report struct {
 	Goroutines        int                    `json:"goroutines"`
 	Names             int                    `json:"names"`
 	Hold              string                 `json:"hold"`
+	HandOver          bool                   `json:"handOver,omitempty"` // shmlocks opened with OpenOptions.HandOver
 	Seconds           float64                `json:"seconds"`
 	Ops               int64                  `json:"ops"`
 	OpsPerSec         float64                `json:"opsPerSec"`
@@ -158,7 +159,11 @@ func WriteText(w io.Writer, reps []*Report) error {
 	}
 	r0 := reps[0]
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %d procs x %d goroutines on %d names, hold %s\n", r0.Seed, r0.Procs, r0.Goroutines, r0.Names, r0.Hold)
+	fmt.Fprintf(&b, "seed %d: %d procs x %d goroutines on %d names, hold %s", r0.Seed, r0.Procs, r0.Goroutines, r0.Names, r0.Hold)
+	if r0.HandOver {
+		b.WriteString(", shmlocks with HandOver")
+	}
+	b.WriteString("\n")
 	for _, r := range reps {
 		kept := "removed"
 		if r.TableKept {

@@ -170,7 +170,7 @@ func (s *supervisor) workerConfig(slot, ops int) workerConfig {
 		Backend: c.Backend, Target: c.Target, Table: s.table, Region: s.region, LockDir: s.lockDir,
 		Slot: slot, Goroutines: c.Goroutines, Names: c.Names, Ops: ops,
 		Shared: c.Shared, IfAvailable: c.IfAvailable, Steal: c.Steal, Timeout: c.Timeout,
-		Deadline: c.Deadline, Hold: c.Hold.String(), Seed: c.Seed,
+		Deadline: c.Deadline, Hold: c.Hold.String(), Seed: c.Seed, HandOver: c.HandOver,
 		Result: s.resultFile(slot),
 	}
 }

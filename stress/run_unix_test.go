@@ -88,6 +88,21 @@ func TestRunBrokenExclusionIsCaught(t *testing.T) {
 // IfAvailable, deadline or steal) and --ops, every goroutine of every process
 // is granted exactly its ops, and the report says so per goroutine, on both
 // backends.
+// TestRunShmlocksHandOver: the workers' Managers opened with HandOver
+// (a release yields the P to the sibling it granted) under kills: no
+// violation, and the report says the option was on.
+func TestRunShmlocksHandOver(t *testing.T) {
+	var stderr bytes.Buffer
+	cfg := runConfig(t, BackendShmlocks)
+	cfg.Goroutines, cfg.Chaos, cfg.HandOver = 6, 10, true
+	rep, err := Run(cfg, &stderr)
+	require.NoError(t, err, stderr.String())
+	require.Zero(t, rep.Violations, "%v\n%s", rep.ViolationMessages, stderr.String())
+	require.True(t, rep.HandOver)
+	require.Positive(t, rep.Outcomes.Granted)
+	require.Positive(t, rep.Kills)
+}
+
 func TestRunGoroutineFairness(t *testing.T) {
 	for _, backend := range []string{BackendShmlocks, BackendFlock} {
 		t.Run(backend, func(t *testing.T) {

@@ -36,6 +36,7 @@ type workerConfig struct {
 	Timeout     float64       `json:"timeout"`
 	Deadline    time.Duration `json:"deadline"`
 	Hold        string        `json:"hold"`
+	HandOver    bool          `json:"handOver,omitempty"`
 	Seed        uint64        `json:"seed"`
 	Result      string        `json:"result"` // file for the workerResult, rewritten every resultEvery
 }
@@ -102,7 +103,7 @@ func WorkerMain(stdout, stderr io.Writer) int {
 	c := NewChecker(r, wc.Slot, os.Getpid(), mono)
 	switch wc.Backend {
 	case BackendShmlocks:
-		sb, err := newShmBackend(wc.Table)
+		sb, err := newShmBackend(wc.Table, wc.HandOver)
 		if err != nil {
 			return fail("%v", err)
 		}

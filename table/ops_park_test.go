@@ -118,9 +118,10 @@ func TestDeliverLocal(t *testing.T) {
 	deliver := func() (selfBell, otherBell uint32) {
 		pokes, rings = nil, nil
 		sb, ob := atomic.LoadUint32(self.Bell()), atomic.LoadUint32(other.Bell())
-		tb.DeliverLocal(&w, self.Idx, func(s uint32) { pokes = append(pokes, s) },
+		n := tb.DeliverLocal(&w, self.Idx, func(s uint32) { pokes = append(pokes, s) },
 			func(agent uint32, _ uint64) { rings = append(rings, agent) })
 		require.True(t, w.Empty(), "w is reset")
+		require.Equal(t, len(pokes), n, "DeliverLocal counts its pokes")
 		return atomic.LoadUint32(self.Bell()) - sb, atomic.LoadUint32(other.Bell()) - ob
 	}
 

@@ -100,9 +100,10 @@ const noAgent = ^uint32(0)
 // the bell, a scan of the process's waiters or a syscall. The wake-up is
 // not lost: the granter reads a request's park mark after it stored the
 // grant, and the waiter is findable by poke before it sets its mark.
-func (t *Table) DeliverLocal(w *Wakes, self uint32, poke func(slot uint32), ring func(agent uint32, nonce uint64)) {
+// It returns how many times it called poke.
+func (t *Table) DeliverLocal(w *Wakes, self uint32, poke func(slot uint32), ring func(agent uint32, nonce uint64)) (poked int) {
 	if w.Empty() {
-		return
+		return 0
 	}
 	if ring == nil {
 		if r := t.ringer.Load(); r != nil {
@@ -121,6 +122,7 @@ func (t *Table) DeliverLocal(w *Wakes, self uint32, poke func(slot uint32), ring
 				for k := uint8(0); k < w.nsleep; k++ {
 					if w.sleepers[k].agent == self {
 						poke(w.sleepers[k].slot)
+						poked++
 					}
 				}
 				continue
@@ -129,6 +131,7 @@ func (t *Table) DeliverLocal(w *Wakes, self uint32, poke func(slot uint32), ring
 		}
 	}
 	*w = Wakes{}
+	return poked
 }
 
 func (t *Table) ring(idx uint32, steal, quiet bool, ring func(agent uint32, nonce uint64)) {

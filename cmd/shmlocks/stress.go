@@ -79,6 +79,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: pick one; the report prints it)")
 	fs.StringVar(&cfg.Table, "table", "", "table file (default: a fresh file in a temporary directory; \"default\": the default table location below)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary table and check file")
+	fs.BoolVar(&cfg.HandOver, "handover", false, "shmlocks workers open with OpenOptions.HandOver (a release yields the P to the sibling it granted; off by default)")
 	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL a random worker this many times per second (a replacement starts at once)")
 	backends := fs.String("backend", "shmlocks", "shmlocks, flock, or both comma-separated (run one after the other, reported side by side)")
 	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s)")

@@ -1,0 +1,77 @@
+package manager
+
+import (
+	"runtime"
+	"sync/atomic"
+)
+
+// Turns: with OpenOptions.HandOver, when a release gives the goroutine's
+// P to the other goroutines of this process (docs/design.md §4, "Hand-over
+// at a release"). Like the waiting policy it decides who runs, never who
+// is granted: the table's queue alone orders requests, and a yield happens
+// only after a release has completed, so no request is made later than
+// its call.
+//
+// Two rules, on a table no more crowded than this process's CPUs:
+//
+//   - Hand-over: a release that granted a request of ours (DeliverLocal
+//     poked its sleeping goroutine) yields the P to it, as sync.Mutex does
+//     in starvation mode. Without it the grant sits on a goroutine that
+//     cannot run until the releaser blocks: every hand-off between two
+//     goroutines of one process waits for the releaser's next request to
+//     queue and park first (the convoy of strict FIFO: one park and one
+//     wake-up per grant).
+//   - Turn-taking: while some goroutine of ours is in such a yield (it is
+//     runnable and will want a lock again), every turnBatch-th release of
+//     ours yields too, even one that granted nobody. Once the hand-overs
+//     have run a queue empty, the releaser would otherwise take the idle
+//     name again and again by the uncontended path until preempted (10 ms)
+//     while its siblings wait in the run queue (1 x 64: max/min of grants
+//     per goroutine 48-74 without it, 1.01-1.03 with it).
+//
+// The goroutines in Go's run queue have not asked for the lock, so
+// fairness per goroutine is the scheduler's, not the queue's: with 1 µs
+// sections max/min was 1.1-4.2 (goroutines yielded to the global run queue
+// wait there while others circulate through the Ps' runnext slots). Hence
+// off by default (docs/experiments.md).
+//
+// On a crowded table (more agents than this process has usable CPUs,
+// waitpolicy.go) neither rule yields: there a yield keeps a second
+// goroutine of ours runnable (the releaser) while the other processes'
+// holders need the CPUs (4 processes x 4 goroutines on 2 vCPUs: 0.11x
+// flock's ops/s with the yields, 0.18x without).
+
+// turnBatch is how many releases of a Manager pass between two
+// turn-taking yields while one of its goroutines is in a yield: 16 kept
+// 1 x 64 at 1.01 max/min per goroutine and 10x flock (4: 8.9x, 64:
+// 11.9x; docs/experiments.md).
+const turnBatch = 16
+
+// afterRelease applies the two rules after a release of ours that
+// succeeded; handedOver: it poked a sleeping request of ours.
+func (m *Manager) afterRelease(handedOver bool) {
+	if !m.handOver || !handedOver && m.yielding.Load() == 0 {
+		return // off (the default), or the uncontended path: one load more
+	}
+	if m.agents.Load() > m.usable.Load() {
+		return // a crowded table (as last refreshed)
+	}
+	if !handedOver && m.turns.Add(1)%turnBatch != 0 {
+		return
+	}
+	m.yielding.Add(1)
+	if h := m.yieldHook; h != nil {
+		h()
+	} else {
+		runtime.Gosched()
+	}
+	m.yielding.Add(-1)
+}
+
+// turnState is the Manager's part of the turn rules.
+type turnState struct {
+	yielding atomic.Int32  // goroutines of ours in afterRelease's yield now
+	turns    atomic.Uint64 // releases counted while one of them was
+
+	yieldHook func() // tests: called instead of runtime.Gosched
+}

@@ -1,0 +1,113 @@
+package manager
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestTurns: with HandOver, a release that grants a sleeping request of
+// its own Manager yields the P (hand-over); while a goroutine of the
+// Manager is in such a yield, every turnBatch-th release yields too
+// (turn-taking); neither happens without HandOver, on a crowded table or
+// with SpinLimit < 0 (turns.go).
+func TestTurns(t *testing.T) {
+	on := func(o OpenOptions) *OpenOptions {
+		o.MaxResources, o.MaxRequests, o.MaxAgents, o.MaxNameLen = 64, 256, 32, 64
+		o.HandOver = true
+		return &o
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+
+	// handOver makes a sleeping request of m wait behind a hold of m, then
+	// releases the hold, and returns how many yields the release made.
+	handOver := func(t *testing.T, m *Manager) int32 {
+		var yields atomic.Int32
+		m.yieldHook = func() { yields.Add(1) }
+		l, err := m.Acquire(ctx, "n", RequestOptions{})
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			l2, err := m.Acquire(ctx, "n", RequestOptions{})
+			if err == nil {
+				err = l2.Release()
+			}
+			done <- err
+		}()
+		// Parked, not spinning: only a sleeper is poked.
+		deadline := time.Now().Add(eventually)
+		for atomic.LoadUint32(m.a.Parked()) == 0 {
+			require.True(t, time.Now().Before(deadline), "the second request never parked")
+			runtime.Gosched()
+		}
+		require.NoError(t, l.Release())
+		got := yields.Load()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-ctx.Done():
+			t.Fatal("the sibling was never granted")
+		}
+		check(t, m)
+		return got
+	}
+
+	t.Run("hand-over", func(t *testing.T) {
+		m := openM(t, tablePath(t), on(OpenOptions{}))
+		require.EqualValues(t, 1, handOver(t, m))
+	})
+	t.Run("off by default", func(t *testing.T) {
+		m := openM(t, tablePath(t), nil)
+		require.Zero(t, handOver(t, m))
+		m.yielding.Store(1) // as if a sibling sat in a hand-over yield
+		var yields atomic.Int32
+		m.yieldHook = func() { yields.Add(1) }
+		for range 2 * turnBatch {
+			l, err := m.Acquire(ctx, "n", RequestOptions{})
+			require.NoError(t, err)
+			require.NoError(t, l.Release())
+		}
+		require.Zero(t, yields.Load())
+	})
+	t.Run("crowded", func(t *testing.T) {
+		path := tablePath(t)
+		m := openM(t, path, on(OpenOptions{}))
+		for range int(m.usable.Load()) {
+			openM(t, path, nil) // more agents than m's usable CPUs
+		}
+		m.cpuAt.Store(0)
+		m.refreshView(m.mono())
+		require.Greater(t, m.agents.Load(), m.usable.Load())
+		require.Zero(t, handOver(t, m))
+	})
+	t.Run("spin off", func(t *testing.T) {
+		m := openM(t, tablePath(t), on(OpenOptions{SpinLimit: -1}))
+		require.Zero(t, handOver(t, m))
+	})
+	t.Run("turn-taking", func(t *testing.T) {
+		m := openM(t, tablePath(t), on(OpenOptions{}))
+		var yields atomic.Int32
+		m.yieldHook = func() { yields.Add(1) }
+		loop := func(n int) {
+			for range n {
+				l, err := m.Acquire(ctx, "n", RequestOptions{})
+				require.NoError(t, err)
+				require.NoError(t, l.Release())
+			}
+		}
+		loop(3 * turnBatch)
+		require.Zero(t, yields.Load(), "no sibling in a yield: no turn-taking")
+		m.yielding.Store(1) // a sibling sits in a hand-over yield
+		loop(2 * turnBatch)
+		require.EqualValues(t, 2, yields.Load(), "one yield every turnBatch releases")
+		m.yielding.Store(0)
+		loop(2 * turnBatch)
+		require.EqualValues(t, 2, yields.Load())
+		check(t, m)
+	})
+}
