@@ -4,6 +4,7 @@ package stress
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,13 +34,26 @@ func runConfig(t *testing.T, backend string) Config {
 	}
 }
 
+// TestRunShmlocks: a short run under kills, with the workers' Managers
+// opened with the defaults and with HandOver (a release yields the P to
+// the sibling it granted): no violation, and the report says which.
 func TestRunShmlocks(t *testing.T) {
+	for _, handOver := range []bool{false, true} {
+		t.Run(fmt.Sprintf("handover=%v", handOver), func(t *testing.T) { runShmlocks(t, handOver) })
+	}
+}
+
+func runShmlocks(t *testing.T, handOver bool) {
 	var stderr bytes.Buffer
 	cfg := runConfig(t, BackendShmlocks)
-	cfg.Chaos = 10
+	cfg.Chaos, cfg.HandOver = 10, handOver
+	if handOver {
+		cfg.Goroutines = 6
+	}
 	rep, err := Run(cfg, &stderr)
 	require.NoError(t, err, stderr.String())
 	require.Zero(t, rep.Violations, "%v\n%s", rep.ViolationMessages, stderr.String())
+	require.Equal(t, handOver, rep.HandOver)
 	require.Positive(t, rep.Ops)
 	require.Positive(t, rep.Outcomes.Granted)
 	require.Positive(t, rep.Kills)
@@ -88,21 +102,6 @@ func TestRunBrokenExclusionIsCaught(t *testing.T) {
 // IfAvailable, deadline or steal) and --ops, every goroutine of every process
 // is granted exactly its ops, and the report says so per goroutine, on both
 // backends.
-// TestRunShmlocksHandOver: the workers' Managers opened with HandOver
-// (a release yields the P to the sibling it granted) under kills: no
-// violation, and the report says the option was on.
-func TestRunShmlocksHandOver(t *testing.T) {
-	var stderr bytes.Buffer
-	cfg := runConfig(t, BackendShmlocks)
-	cfg.Goroutines, cfg.Chaos, cfg.HandOver = 6, 10, true
-	rep, err := Run(cfg, &stderr)
-	require.NoError(t, err, stderr.String())
-	require.Zero(t, rep.Violations, "%v\n%s", rep.ViolationMessages, stderr.String())
-	require.True(t, rep.HandOver)
-	require.Positive(t, rep.Outcomes.Granted)
-	require.Positive(t, rep.Kills)
-}
-
 func TestRunGoroutineFairness(t *testing.T) {
 	for _, backend := range []string{BackendShmlocks, BackendFlock} {
 		t.Run(backend, func(t *testing.T) {
