@@ -3,47 +3,7 @@ package table
 import (
 	"slices"
 	"sync/atomic"
-	"time"
 )
-
-// nowNano is the time written in the table (a request's enqueue and grant
-// times): unix nanoseconds, read as the wall clock of a base taken at most
-// a second ago plus the monotonic clock since. One monotonic read costs
-// half of time.Now (26 against 50 ns here), and a hand-off between two
-// requests writes two of these. A step of the wall clock shows within a
-// second; the values are for display and the deadlock rule's order of
-// waits, which every process reads from the same words.
-func nowNano() int64 { return wallAt(MonoNow()) }
-
-// origin is the origin of MonoNow: this process's first use of the package.
-var origin = time.Now()
-
-// MonoNow is this process's monotonic clock: nanoseconds since origin. The
-// table's times are taken from it (wallAt), and Agent.RecentMono hands the
-// last reading of an enqueue to the agent's owner, so that a request that
-// queues and then parks reads the clock once.
-func MonoNow() int64 { return int64(time.Since(origin)) }
-
-// wallAt converts mono, a MonoNow reading taken just now, to unix
-// nanoseconds by the current base, taking a new base once a second.
-func wallAt(mono int64) int64 {
-	if b := clockBase.Load(); b != nil {
-		if d := mono - b.mono; d > -int64(time.Second) && d < int64(time.Second) {
-			return b.wall + d
-		}
-	}
-	t := time.Now()
-	m := int64(t.Sub(origin))
-	clockBase.Store(&wallBase{mono: m, wall: t.UnixNano()})
-	return t.UnixNano() - (m - mono)
-}
-
-type wallBase struct {
-	mono int64 // MonoNow at the base
-	wall int64 // unix nanoseconds at the base
-}
-
-var clockBase atomic.Pointer[wallBase]
 
 // repair rebuilds bucket b from the truth after its latch was taken over
 // from a dead owner, who may have stopped at any instruction of any update.
