@@ -194,8 +194,11 @@ func (c *tscClock) update(tick uint64, m int64) int64 {
 		return m
 	}
 	if tick <= prev.tick {
-		if m > prev.mono {
-			c.off() // time went on, the counter did not
+		// Two slow paths at once can store their anchors out of order by
+		// up to a bracket; more than that while time went on: the counter
+		// ran backwards.
+		if prev.tick-tick > maxBracket && m > prev.mono {
+			c.off()
 		}
 		return c.floor(m, tick)
 	}

@@ -121,6 +121,21 @@ func TestTSCClock(t *testing.T) {
 		require.Equal(t, f.ns, c.read(), "off: the monotonic clock")
 	})
 
+	t.Run("racing anchors do not turn it off", func(t *testing.T) {
+		// Two goroutines in the slow path at once: the one whose bracket
+		// ended later stored its anchor first, with a later midpoint tick
+		// but an earlier monotonic reading.
+		c, _ := newFakeClock(true)
+		c.once.Do(func() {})
+		c.state.Store(tscOn)
+		c.update(1000, 5000)
+		c.update(1000+3*uint64(calibrateAfter)+220, 5000+int64(calibrateAfter)+215)
+		require.NotNil(t, c.base.Load())
+		c.update(1000+3*uint64(calibrateAfter)+200, 5000+int64(calibrateAfter)+290)
+		require.Equal(t, tscOn, c.state.Load())
+		require.NotNil(t, c.base.Load())
+	})
+
 	t.Run("a rate that changes turns it off", func(t *testing.T) {
 		c, f := newFakeClock(true)
 		c.read()
