@@ -249,7 +249,9 @@ func (l *Lock) release(word uint64) error {
 	poked, err := m.tableRelease(l.ref)
 	switch {
 	case err == nil:
-		m.afterRelease(poked > 0) // hand the P to a sibling we granted (turns.go)
+		if m.handOver { // one plain load on every Release; the rest is a call
+			m.afterRelease(poked > 0) // hand the P to a sibling we granted (turns.go)
+		}
 		if l.token%yieldCheckOps == 0 && m.spin > 0 {
 			// Give up the CPU between an unlock and the next lock, never
 			// while holding or queued, so that the kernel rarely needs to

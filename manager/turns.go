@@ -48,10 +48,12 @@ import (
 const turnBatch = 16
 
 // afterRelease applies the two rules after a release of ours that
-// succeeded; handedOver: it poked a sleeping request of ours.
+// succeeded, in a Manager opened with HandOver (the caller tests
+// m.handOver, so that the default Release makes no call); handedOver: it
+// poked a sleeping request of ours.
 func (m *Manager) afterRelease(handedOver bool) {
-	if !m.handOver || !handedOver && m.yielding.Load() == 0 {
-		return // off (the default), or the uncontended path: one load more
+	if !handedOver && m.yielding.Load() == 0 {
+		return // the uncontended path: one load
 	}
 	if m.agents.Load() > m.usable.Load() {
 		return // a crowded table (as last refreshed)

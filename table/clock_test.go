@@ -40,6 +40,16 @@ func newFakeClock(usable bool) (*tscClock, *fakeCounter) {
 	return c, f
 }
 
+// newCalibratedClock is newFakeClock(true) after its first base: two
+// anchors calibrateAfter apart.
+func newCalibratedClock() (*tscClock, *fakeCounter) {
+	c, f := newFakeClock(true)
+	c.read()
+	f.ns += int64(calibrateAfter)
+	c.read()
+	return c, f
+}
+
 // read is MonoNow on c.
 func (c *tscClock) read() int64 { return c.now() }
 
@@ -77,10 +87,7 @@ func TestTSCClock(t *testing.T) {
 	})
 
 	t.Run("a fast rate's lead is slewed out", func(t *testing.T) {
-		c, f := newFakeClock(true)
-		c.read()
-		f.ns += int64(calibrateAfter)
-		c.read()
+		c, f := newCalibratedClock()
 		f.setRate(3 * (1 + 5e-4)) // the counter speeds up: the base now runs 500 µs/s fast
 		var prev, lead int64
 		for i := 0; i < 15000; i++ { // steps shorter than the lead: a step back would show
@@ -107,10 +114,7 @@ func TestTSCClock(t *testing.T) {
 	})
 
 	t.Run("a counter that runs backwards turns it off", func(t *testing.T) {
-		c, f := newFakeClock(true)
-		c.read()
-		f.ns += int64(calibrateAfter)
-		c.read()
+		c, f := newCalibratedClock()
 		require.NotNil(t, c.base.Load())
 		f.at -= 1 << 30 // backwards: past the base's limit, to the slow path
 		f.ns += int64(time.Millisecond)
@@ -137,10 +141,7 @@ func TestTSCClock(t *testing.T) {
 	})
 
 	t.Run("a rate that changes turns it off", func(t *testing.T) {
-		c, f := newFakeClock(true)
-		c.read()
-		f.ns += int64(calibrateAfter)
-		c.read()
+		c, f := newCalibratedClock()
 		f.setRate(3 * 1.05) // the base now runs 5% fast: once off, the clock steps back by its lead
 		for i := 0; i < 1500 && c.state.Load() == tscOn; i++ {
 			f.ns += int64(time.Millisecond)
