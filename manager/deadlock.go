@@ -213,7 +213,7 @@ type roundWaiter struct {
 // meanwhile is no cycle's member any more, and its waiter may serve another.
 func (m *Manager) giveVerdict(rw roundWaiter, msg string) {
 	m.mu.Lock()
-	if w := rw.w; m.bySlot.load(rw.ref.Slot) == w && w.ref == rw.ref {
+	if w := rw.w; w.q != nil && w.ref == rw.ref { // registered (m.mu), for that request
 		w.dl.verdict.Store(&msg)
 		w.poke()
 	}

@@ -71,7 +71,9 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 	seq := m.t.QueueSeq(ref)
 	m.mu.Lock()
 	w := m.newWaiter(ref, name, seq)
-	w.spun.Store(spun)
+	if w.spun.Load() != spun { // a recycled waiter keeps its last value: a store is a locked instruction
+		w.spun.Store(spun)
+	}
 	m.addWaiter(w)
 	watched := done != nil && m.watchDone(ctx, done, w) // then the park receives on w.ch only
 	if m.deadlock > 0 {

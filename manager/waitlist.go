@@ -70,10 +70,17 @@ func (m *Manager) eachWaiter(f func(w *waiter)) {
 	}
 }
 
-// removeWaiter unregisters w (m.mu held).
+// removeWaiter unregisters w (m.mu held). Its slot index cell is left as
+// it is, to be overwritten by the next waiter parked at the slot: a poke
+// reaches a slot's cell only after the granter saw the slot's park mark,
+// which its request sets after it registered (the mark is cleared when a
+// request enqueues), so a left cell is never read for a poke that matters,
+// and a stray poke only makes a waiter look at its slot once more. What
+// must know whether w is registered asks w.q (giveVerdict). A left cell
+// keeps a dropped waiter reachable until then: at most one per slot.
+// Clearing it was a locked instruction on every wake-up.
 func (m *Manager) removeWaiter(w *waiter) {
 	m.nwait--
-	m.bySlot.clear(w.ref.Slot, w)
 	q := w.q
 	w.q = nil
 	if w.prev == nil {

@@ -154,6 +154,9 @@ func TestRecycledWaiter(t *testing.T) {
 	m.recycleWaiter(w)
 	m.mu.Unlock()
 	w.poke() // a late poke of A (pokeSlot read w from the slot index before it left)
+	m.giveVerdict(stale, "A's cycle")
+	require.Nil(t, w.dl.verdict.Load(), "a removed waiter gets no verdict (its slot index cell is left)")
+	require.Same(t, w, m.bySlot.load(refA.Slot), "the cell is left for the next waiter at the slot")
 
 	m.mu.Lock()
 	w2 := m.newWaiter(refB, "b", 2)

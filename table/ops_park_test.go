@@ -256,5 +256,9 @@ func TestRecentMono(t *testing.T) {
 	require.LessOrEqual(t, got, after)
 	b.noteMono(got - 1)
 	require.Equal(t, got, b.RecentMono(), "an older reading does not replace a later one")
+	b.noteMono(got + recentGrain)
+	require.Equal(t, got, b.RecentMono(), "nor one later by no more than recentGrain")
+	b.noteMono(got + recentGrain + 1)
+	require.Equal(t, got+recentGrain+1, b.RecentMono(), "a reading later by more replaces it")
 	require.NoError(t, tb.Check(a))
 }

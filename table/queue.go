@@ -80,10 +80,17 @@ func (t *Table) enqueue(s, e uint32) {
 	eo, so := t.entryOff(e), t.slotOff(s)
 	seq := t.ld32(eo + enSeq)
 	t.st32(so+slSeq, seq)
-	atomic.StoreUint32(t.u32(so+slPark), 0) // its goroutine is awake: it spins or checks before it sleeps
+	// Its goroutine is awake: it spins, or registers and checks its slot
+	// before it sleeps (MarkParked). A plain store: the mark is read only
+	// under this latch (ringIfAsleep, wakeAhead), and this request's own
+	// MarkParked comes after in program order.
+	t.st32(so+slPark, 0)
 	sp := t.u64(so + slWord)
 	sw := atomic.LoadUint64(sp)
-	atomic.StoreUint64(sp, slotWord(wordSerial(sw), wordAgent(sw), SlotWaiting))
+	// Release order suffices (the latch's release follows at once): a
+	// reader outside the latch that sees WAITING sees the seq and mark
+	// stored above.
+	storeRelease64(sp, slotWord(wordSerial(sw), wordAgent(sw), SlotWaiting))
 	t.st32(eo+enSeq, seq+1)
 	crash("enqueue.marked")
 	tail := t.ld32(eo + enQTail)
