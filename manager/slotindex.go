@@ -62,9 +62,17 @@ func (x *slotIndex[T]) load(s uint32) *T {
 
 // store puts v at slot s (s in range) unless it is there already: a load
 // instead of a locked instruction when a waiter parks again at the slot it
-// last parked at. Nothing clears a cell (removeWaiter says why).
+// last parked at. Only a dropped waiter clears its cell (removeWaiter says
+// why).
 func (x *slotIndex[T]) store(s uint32, v *T) {
 	if p := x.cell(s, true); p != nil && p.Load() != v {
 		p.Store(v)
+	}
+}
+
+// clear empties slot s if it still holds v.
+func (x *slotIndex[T]) clear(s uint32, v *T) {
+	if p := x.cell(s, false); p != nil {
+		p.CompareAndSwap(v, nil)
 	}
 }

@@ -76,9 +76,9 @@ func (m *Manager) eachWaiter(f func(w *waiter)) {
 // which its request sets after it registered (the mark is cleared when a
 // request enqueues), so a left cell is never read for a poke that matters,
 // and a stray poke only makes a waiter look at its slot once more. What
-// must know whether w is registered asks w.q (giveVerdict). A left cell
-// keeps a dropped waiter reachable until then: at most one per slot.
-// Clearing it was a locked instruction on every wake-up.
+// must know whether w is registered asks w.q (giveVerdict). Clearing it
+// was a locked instruction on every wake-up; a waiter that leaves the free
+// list clears it (dropWaiter).
 func (m *Manager) removeWaiter(w *waiter) {
 	m.nwait--
 	q := w.q
@@ -144,8 +144,12 @@ func (m *Manager) recycleWaiter(w *waiter) {
 	m.nfree++
 }
 
-// dropWaiter lets removed waiter w go; its channel is recycled.
+// dropWaiter lets removed waiter w go; its channel is recycled. Its slot
+// index cell, left by removeWaiter, is cleared here unless another waiter
+// took it, so that a burst of parked requests leaves no more waiters
+// reachable than the free list keeps.
 func (m *Manager) dropWaiter(w *waiter) {
+	m.bySlot.clear(w.ref.Slot, w)
 	putPokeChan(w.ch) // a late poke of w only makes the chan's next waiter look once more
 }
 

@@ -185,3 +185,41 @@ func TestRecycledWaiter(t *testing.T) {
 	require.Equal(t, 1, m.nfree)
 	m.mu.Unlock()
 }
+
+// TestDroppedWaiterClearsItsCell: a removed waiter leaves its slot index
+// cell (the next waiter at the slot overwrites it), but one that the full
+// free list drops clears it, so that a burst of parked requests leaves no
+// more waiters reachable than the free list keeps; a cell another waiter
+// took meanwhile is left alone.
+func TestDroppedWaiterClearsItsCell(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	n := maxFreeWaiters + 3 // kept, dropped, dropped with its cell taken, registered
+	ws := make([]*waiter, n)
+	m.mu.Lock()
+	for i := range ws {
+		ws[i] = m.newWaiter(table.Ref{Slot: uint32(i), Serial: 1}, "n", uint32(i))
+		m.addWaiter(ws[i])
+	}
+	for _, w := range ws[:n-1] {
+		m.removeWaiter(w)
+	}
+	// The cell of the last removed one is taken by another waiter before
+	// it is dropped.
+	other := &waiter{ref: table.Ref{Slot: uint32(n - 2), Serial: 2}, ch: make(chan struct{}, 1)}
+	for _, w := range ws[:n-1] {
+		if w.ref.Slot == uint32(n-2) {
+			m.bySlot.store(w.ref.Slot, other)
+		}
+		m.recycleWaiter(w)
+	}
+	m.mu.Unlock()
+	for i, w := range ws[:maxFreeWaiters] {
+		require.Same(t, w, m.bySlot.load(uint32(i)), "kept on the free list: the cell is left")
+	}
+	require.Nil(t, m.bySlot.load(uint32(maxFreeWaiters)), "dropped: the cell is cleared")
+	require.Same(t, other, m.bySlot.load(uint32(n-2)), "a cell another waiter took is left alone")
+	require.Same(t, ws[n-1], m.bySlot.load(uint32(n-1)), "still registered")
+	m.mu.Lock()
+	m.removeWaiter(ws[n-1])
+	m.mu.Unlock()
+}
