@@ -24,7 +24,9 @@ import (
 // to the least operations done by one process (fairness), the share of grants
 // that went back to the previous holder (with every process always
 // requesting, a FIFO lock gives it only when nobody else was queued yet), the
-// calibration and the children's CPU count.
+// calibration, the children's CPU count and, unpinned, how long a cache
+// line takes to cross between two CPUs around the shmlocks loop (line-ns:
+// the rows have two modes with the placement of the vCPUs, lineNs).
 func BenchmarkContention(b *testing.B) {
 	cs1us := int(spinItersPerMicro())
 	for _, pinned := range []bool{false, true} {
@@ -50,6 +52,9 @@ func BenchmarkContention(b *testing.B) {
 					b.ReportMetric(shm.repeatPct(), "shm-repeat%")
 					b.ReportMetric(fl.repeatPct(), "flock-repeat%")
 					b.ReportMetric(shm.calib, "calib-2v1")
+					if !pinned {
+						b.ReportMetric(shm.lineNs, "line-ns") // 0: not measured (bench.sh pairs the runs by index)
+					}
 					if shm.gaps {
 						reportGaps(b, "shm", shm)
 						reportGaps(b, "flock", fl)

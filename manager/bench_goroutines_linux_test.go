@@ -101,7 +101,9 @@ var goroutineRows = []struct{ procs, goroutines int }{
 //
 // Reported: total ops/s of each, the ratios shm/flock (and shm/chan), the
 // ratio of the most to the least operations done by one goroutine (g-maxmin)
-// and by one process (maxmin).
+// and by one process (maxmin); with several processes, how long a cache line
+// takes to cross between two CPUs around the shmlocks loop (line-ns,
+// lineNs).
 func BenchmarkGoroutines(b *testing.B) {
 	for _, row := range goroutineRows {
 		b.Run(fmt.Sprintf("procs=%d/goroutines=%d", row.procs, row.goroutines), func(b *testing.B) {
@@ -131,6 +133,7 @@ func BenchmarkGoroutines(b *testing.B) {
 				b.ReportMetric(shm.xproc(), "shm-xproc%")
 				b.ReportMetric(fl.xproc(), "flock-xproc%")
 				b.ReportMetric(tk.xproc(), "ticket-xproc%")
+				b.ReportMetric(shm.lineNs, "line-ns") // 0: not measured (bench.sh pairs the runs by index)
 			} else {
 				b.ReportMetric(ch.opsPerSec(), "chan-ops/s")
 				b.ReportMetric(shm.opsPerSec()/ch.opsPerSec(), "shm/chan")

@@ -51,6 +51,9 @@ func BenchmarkHandoff(b *testing.B) {
 			b.ReportMetric(shm.repeatPct(), "shm-repeat%")
 			b.ReportMetric(fl.repeatPct(), "flock-repeat%")
 			b.ReportMetric(shm.calib, "calib-2v1")
+			if !pinned {
+				b.ReportMetric(shm.lineNs, "line-ns") // 0: not measured
+			}
 			reportPinning(b, shm)
 		})
 	}

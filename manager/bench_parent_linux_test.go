@@ -127,6 +127,7 @@ type loopResult struct {
 	repeats  uint64
 	viol     uint64
 	calib    float64         // time of the loop in 2 processes at once / alone (0: not measured)
+	lineNs   float64         // a cache line's crossing between two CPUs, ns, before and after the loop (lineNs; 0: not measured)
 	cpu      []time.Duration // per process: CPU time in the window (all threads, /proc schedstat)
 	maxprocs int             // GOMAXPROCS and CPUs of the children (from child 0)
 	cpus     int
@@ -322,6 +323,13 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	if cfg.calib && cfg.procs >= 2 {
 		res.calib = calibrate(kids[0].child, kids[1].child)
 	}
+	// The placement of the CPUs, measured while the children wait, and
+	// again after they stopped: unpinned rows of several processes only.
+	measureLine := cfg.kind == kindShm && cfg.procs >= 2 && !cfg.pinned
+	var line0 float64
+	if measureLine {
+		line0 = lineNs(lineTrips)
+	}
 	for _, k := range kids {
 		k.send("go")
 	}
@@ -369,6 +377,11 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	for _, k := range kids {
 		k.expect("done")
 		k.wait()
+	}
+	if measureLine {
+		if line1 := lineNs(lineTrips); line0 > 0 && line1 > 0 {
+			res.lineNs = (line0 + line1) / 2
+		}
 	}
 	res.elapsed = t1.Sub(t0)
 	for i := range cfg.procs {
