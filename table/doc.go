@@ -102,7 +102,7 @@
 //	8      8    start     registrant                 liveness checks         yes    process start time (ticks)
 //	16     8    boot      registrant                 liveness checks         yes    hash of the boot id
 //	24     8    nonce     registrant                 granters (doorbell name) yes   random; the client id
-//	32     4    bell      granters, stealers         the agent               yes    bumped per wake-up
+//	32     4    bell      granters, stealers         the agent               yes    bumped per wake-up of a sleeper, steal, watch, reap
 //	36     4    parked    the agent                  granters                yes    goroutines asleep on the doorbell
 //	40     4    stealSeq  stealers, repairers        the agent               yes    bumped when a hold is taken away
 //	48     8    since     registrant                 dump                    yes    unix ns

@@ -18,7 +18,7 @@ type Wakes struct {
 	n        int
 	agents   [8]uint32
 	steals   uint8
-	quiet    uint8 // agents[i] only needs its bell bumped: every request of it in w spins
+	quiet    uint8 // agents[i] needs nothing: every request of it in w spins
 	other    uint8 // agents[i] was noted for more than a grant or a headship (a steal, a watch, a reap), or for a sleeper sleepers could not keep
 	nsleep   uint8
 	sleepers [2]struct{ agent, slot uint32 } // sleeping requests granted or made the head
@@ -49,7 +49,7 @@ func (w *Wakes) addSleeper(agent, s uint32) {
 
 // addAgent notes agent and returns its index in w.agents (-1 once w has
 // overflowed to all); quiet: only because a request of it that spins was
-// granted or made the head (its bell is bumped, its doorbell not rung).
+// granted or made the head (neither its bell nor its doorbell is rung).
 func (w *Wakes) addAgent(agent uint32, steal, quiet bool) int {
 	for i := 0; i < w.n; i++ {
 		if w.agents[i] == agent {
@@ -136,6 +136,16 @@ func (t *Table) DeliverLocal(w *Wakes, self uint32, poke func(slot uint32), ring
 
 func (t *Table) ring(idx uint32, steal, quiet bool, ring func(agent uint32, nonce uint64)) {
 	if idx >= uint32(t.l.MaxAgents) {
+		return
+	}
+	if quiet && !steal {
+		// Only requests that spin were granted or made the head: each
+		// sees its slot word change by itself, and one that parks
+		// meanwhile looks at its slot after setting its mark (design.md
+		// §4). No bell bump either: it is a locked add on a line of the
+		// agent's record, which its spinners read every few looks; with
+		// the two CPUs far apart it cost 2 x 4 a quarter of its grants
+		// (docs/experiments.md, stop 33).
 		return
 	}
 	off := t.agentOff(idx)
