@@ -142,10 +142,13 @@ func (t *Table) ring(idx uint32, steal, quiet bool, ring func(agent uint32, nonc
 		// Only requests that spin were granted or made the head: each
 		// sees its slot word change by itself, and one that parks
 		// meanwhile looks at its slot after setting its mark (design.md
-		// §4). No bell bump either: it is a locked add on a line of the
-		// agent's record, which its spinners read every few looks; with
-		// the two CPUs far apart it cost 2 x 4 a quarter of its grants
-		// (docs/experiments.md, stop 33).
+		// §4). No bell bump either: it is a locked add on the line of
+		// the agent's record that holds its parked count, which its
+		// spinners read at every look; with the two CPUs far apart it
+		// cost 2 x 4 a quarter of its grants (docs/experiments.md, stop
+		// 33). A wake-ahead to a spinner is best effort anyway: the
+		// request looks whether it became the head after it sets its
+		// mark.
 		return
 	}
 	off := t.agentOff(idx)
