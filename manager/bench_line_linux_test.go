@@ -52,6 +52,9 @@ func lineNs(n int) float64 {
 		}
 		ready.Add(1)
 		for ready.Load() < 2 && !failed.Load() {
+			if time.Now().After(limit) {
+				failed.Store(true)
+			}
 		}
 		t0 := time.Now()
 		for i := odd; i < uint64(2*n); i += 2 {

@@ -113,11 +113,27 @@ func (t *Table) DeliverLocal(w *Wakes, self uint32, poke func(slot uint32), ring
 	if w.all {
 		for idx := uint32(0); idx < uint32(t.l.MaxAgents); idx++ {
 			if wordState(atomic.LoadUint64(t.u64(t.agentOff(idx)+agWord))) == AgentAlive {
-				t.ring(idx, w.allSteal, false, ring)
+				t.ring(idx, w.allSteal, ring)
 			}
 		}
 	} else {
 		for i := 0; i < w.n; i++ {
+			if w.quiet&(1<<i) != 0 {
+				// Only requests that spin were granted or made the
+				// head (any other note of the agent clears the bit: a
+				// sleeper, a steal, a watch, a reap): each sees
+				// its slot word change by itself, and one that parks
+				// meanwhile looks at its slot after setting its mark
+				// (design.md §4). No bell bump either: it is a locked
+				// add on the line of the agent's record that holds its
+				// parked count, which its spinners read at every look;
+				// with the two CPUs far apart it cost 2 x 4 a quarter
+				// of its grants (docs/experiments.md, stop 33). A
+				// wake-ahead to a spinner is best effort anyway: the
+				// request looks whether it became the head after it
+				// sets its mark.
+				continue
+			}
 			if w.agents[i] == self && poke != nil && w.other&(1<<i) == 0 { // a steal is always other (add)
 				for k := uint8(0); k < w.nsleep; k++ {
 					if w.sleepers[k].agent == self {
@@ -127,28 +143,15 @@ func (t *Table) DeliverLocal(w *Wakes, self uint32, poke func(slot uint32), ring
 				}
 				continue
 			}
-			t.ring(w.agents[i], w.steals&(1<<i) != 0, w.quiet&(1<<i) != 0, ring)
+			t.ring(w.agents[i], w.steals&(1<<i) != 0, ring)
 		}
 	}
 	*w = Wakes{}
 	return poked
 }
 
-func (t *Table) ring(idx uint32, steal, quiet bool, ring func(agent uint32, nonce uint64)) {
+func (t *Table) ring(idx uint32, steal bool, ring func(agent uint32, nonce uint64)) {
 	if idx >= uint32(t.l.MaxAgents) {
-		return
-	}
-	if quiet && !steal {
-		// Only requests that spin were granted or made the head: each
-		// sees its slot word change by itself, and one that parks
-		// meanwhile looks at its slot after setting its mark (design.md
-		// §4). No bell bump either: it is a locked add on the line of
-		// the agent's record that holds its parked count, which its
-		// spinners read at every look; with the two CPUs far apart it
-		// cost 2 x 4 a quarter of its grants (docs/experiments.md, stop
-		// 33). A wake-ahead to a spinner is best effort anyway: the
-		// request looks whether it became the head after it sets its
-		// mark.
 		return
 	}
 	off := t.agentOff(idx)
@@ -156,7 +159,7 @@ func (t *Table) ring(idx uint32, steal, quiet bool, ring func(agent uint32, nonc
 	if steal {
 		atomic.AddUint32(t.u32(off+agStealSeq), 1)
 	}
-	if (steal || !quiet && atomic.LoadUint32(t.u32(off+agParked)) > 0) && ring != nil {
+	if (steal || atomic.LoadUint32(t.u32(off+agParked)) > 0) && ring != nil {
 		ring(idx, atomic.LoadUint64(t.u64(off+agNonce)))
 	}
 }
