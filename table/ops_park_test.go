@@ -58,6 +58,7 @@ func TestGrantRingsOnlySleepingRequests(t *testing.T) {
 		st, _, ok := tb.Status(waiter, first)
 		require.True(t, ok)
 		require.EqualValues(t, SlotHeld, st)
+		require.Equal(t, !parked, w.Empty(), "a request that spins is not noted in Wakes, one that sleeps is")
 		rung, bell := deliver(&w)
 		if parked {
 			require.Equal(t, uint32(1), bell, "the bell is bumped once for the grant and the wake-ahead")

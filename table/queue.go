@@ -179,22 +179,26 @@ func (t *Table) wakeAhead(e uint32, w *Wakes) {
 }
 
 // ringIfAsleep notes in w the agent of request slot s, just granted or just
-// made the head of its queue: its bell is bumped, and its doorbell rung
-// only if the request's goroutine sleeps (its park mark). One that spins
-// sees its slot word change by itself: ringing it would cost a datagram and
-// wake a thread of its process for nothing. (Skipping the bell bump too
-// measured 20-30% fewer ops/s with 8 processes, one goroutine each, empty
-// sections: docs/experiments.md.) For a grant no wake-up is lost: markHeld's atomic store of the slot word comes
-// before this load of the mark, and the waiter stores its mark before it
-// looks at its slot word, so one of the two sees the other. The wake-ahead
-// is a hint: a missed one only means the request is woken by its grant.
+// made the head of its queue, if the request's goroutine sleeps (its park
+// mark): its bell is then bumped and its doorbell rung, or, for the
+// caller's own agent, the request poked by slot (DeliverLocal). One that
+// spins is not noted at all: it sees its slot word change by itself, and a
+// ring would cost a datagram and a thread of its process woken for
+// nothing. Nor is its bell bumped: that is a locked add on the line of its
+// agent's record that holds the parked count, which its spinners read at
+// every look; with the two vCPUs far apart it cost 2 x 4 a quarter of its
+// grants (`7dd5efd`; an earlier build had lost the 8-process contention
+// row 20-30% without the bump, which the runs since do not show:
+// docs/experiments.md, stop 34). For a grant no wake-up is lost:
+// markHeld's atomic store of the slot word comes before this load of the
+// mark, and the waiter stores its mark before it looks at its slot word,
+// so one of the two sees the other. The wake-ahead is a hint: a missed one
+// only means the request is woken by its grant (a spinner looks whether it
+// became the head after it sets its mark).
 func (t *Table) ringIfAsleep(s uint32, w *Wakes) {
 	so := t.slotOff(s)
-	agent := wordAgent(atomic.LoadUint64(t.u64(so + slWord)))
-	if atomic.LoadUint32(t.u32(so+slPark)) == 0 {
-		w.addAgent(agent, false, true)
-	} else {
-		w.addSleeper(agent, s)
+	if atomic.LoadUint32(t.u32(so+slPark)) != 0 {
+		w.addSleeper(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), s)
 	}
 }
 

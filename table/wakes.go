@@ -5,8 +5,9 @@ import "sync/atomic"
 // Who is told after a table operation, and how: the agents noted under
 // the latch are rung after it is released (docs/design.md §4).
 
-// Wakes collects the agents to notify after a table operation: those that
-// were granted a request and those whose holds were stolen. The caller
+// Wakes collects the agents to notify after a table operation: those whose
+// sleeping requests were granted or made the head of their queue, those
+// whose holds were stolen, watched or reaped. The caller
 // delivers them (Deliver) after the latch is released.
 //
 // It also keeps the slots of up to two sleeping requests that were
@@ -18,7 +19,6 @@ type Wakes struct {
 	n        int
 	agents   [8]uint32
 	steals   uint8
-	quiet    uint8 // agents[i] needs nothing: every request of it in w spins
 	other    uint8 // agents[i] was noted for more than a grant or a headship (a steal, a watch, a reap), or for a sleeper sleepers could not keep
 	nsleep   uint8
 	sleepers [2]struct{ agent, slot uint32 } // sleeping requests granted or made the head
@@ -27,7 +27,7 @@ type Wakes struct {
 }
 
 func (w *Wakes) add(agent uint32, steal bool) {
-	if i := w.addAgent(agent, steal, false); i >= 0 {
+	if i := w.addAgent(agent, steal); i >= 0 {
 		w.other |= 1 << i
 	}
 }
@@ -35,7 +35,7 @@ func (w *Wakes) add(agent uint32, steal bool) {
 // addSleeper notes agent for its sleeping request at slot s, granted or
 // made the head of its queue.
 func (w *Wakes) addSleeper(agent, s uint32) {
-	i := w.addAgent(agent, false, false)
+	i := w.addAgent(agent, false)
 	if i < 0 {
 		return
 	}
@@ -48,16 +48,12 @@ func (w *Wakes) addSleeper(agent, s uint32) {
 }
 
 // addAgent notes agent and returns its index in w.agents (-1 once w has
-// overflowed to all); quiet: only because a request of it that spins was
-// granted or made the head (neither its bell nor its doorbell is rung).
-func (w *Wakes) addAgent(agent uint32, steal, quiet bool) int {
+// overflowed to all).
+func (w *Wakes) addAgent(agent uint32, steal bool) int {
 	for i := 0; i < w.n; i++ {
 		if w.agents[i] == agent {
 			if steal {
 				w.steals |= 1 << i
-			}
-			if !quiet {
-				w.quiet &^= 1 << i
 			}
 			return i
 		}
@@ -70,9 +66,6 @@ func (w *Wakes) addAgent(agent uint32, steal, quiet bool) int {
 	w.agents[w.n] = agent
 	if steal {
 		w.steals |= 1 << w.n
-	}
-	if quiet {
-		w.quiet |= 1 << w.n
 	}
 	w.n++
 	return w.n - 1
@@ -92,10 +85,10 @@ func (t *Table) Deliver(w *Wakes, ring func(agent uint32, nonce uint64)) {
 const noAgent = ^uint32(0)
 
 // DeliverLocal is Deliver for a caller that is agent self and can wake its
-// own requests by slot: when self is in w only because requests of it were
-// granted or made the head of their queue, its bell is not bumped and
-// poke is called with the slot of each such request that sleeps (a
-// request that spins sees its slot word change by itself). A hand-off
+// own requests by slot: when self is in w only because sleeping requests
+// of it were granted or made the head of their queue, its bell is not
+// bumped and poke is called with the slot of each (requests that spin are
+// not in w: ringIfAsleep). A hand-off
 // between two requests of one process thus reaches the next one without
 // the bell, a scan of the process's waiters or a syscall. The wake-up is
 // not lost: the granter reads a request's park mark after it stored the
@@ -118,22 +111,6 @@ func (t *Table) DeliverLocal(w *Wakes, self uint32, poke func(slot uint32), ring
 		}
 	} else {
 		for i := 0; i < w.n; i++ {
-			if w.quiet&(1<<i) != 0 {
-				// Only requests that spin were granted or made the
-				// head (any other note of the agent clears the bit: a
-				// sleeper, a steal, a watch, a reap): each sees
-				// its slot word change by itself, and one that parks
-				// meanwhile looks at its slot after setting its mark
-				// (design.md §4). No bell bump either: it is a locked
-				// add on the line of the agent's record that holds its
-				// parked count, which its spinners read at every look;
-				// with the two CPUs far apart it cost 2 x 4 a quarter
-				// of its grants (docs/experiments.md, stop 33). A
-				// wake-ahead to a spinner is best effort anyway: the
-				// request looks whether it became the head after it
-				// sets its mark.
-				continue
-			}
 			if w.agents[i] == self && poke != nil && w.other&(1<<i) == 0 { // a steal is always other (add)
 				for k := uint8(0); k < w.nsleep; k++ {
 					if w.sleepers[k].agent == self {
