@@ -118,6 +118,12 @@ func (t *Table) fastAcquire(a *Agent, b uint32, name string, h uint64, w *Wakes)
 			if bit := uint64(1) << t.entryRange(e); atomic.LoadUint64(a.entryMask)&bit == 0 {
 				atomic.OrUint64(a.entryMask, bit)
 			}
+			// The token's high word is read before the CAS: while the fast
+			// word is idle only a latch holder changes it, and a latch
+			// holder first moves the word off idle, so a CAS that succeeds
+			// proves this read current. Read after the CAS, it could be the
+			// high word of a carry made by a steal of this very hold.
+			hi := t.ld64(eo+enToken) &^ lo32
 			held := fastWord(ctr+1, a.Idx+1)
 			if !atomic.CompareAndSwapUint64(fp, v, held) {
 				return Ref{}, 0, fastMiss
@@ -132,10 +138,7 @@ func (t *Table) fastAcquire(a *Agent, b uint32, name string, h uint64, w *Wakes)
 				}
 				return Ref{}, 0, fastUndone
 			}
-			// The entry's token is stable now (only a latch holder changes
-			// it, and only by folding in our counter, which keeps our token):
-			// this is the token the CAS reserved.
-			return ref, t.ld64(eo+enToken)&^lo32 | uint64(ctr+1), fastGranted
+			return ref, hi | uint64(ctr+1), fastGranted
 		}
 		next = atomic.LoadUint32(t.u32(eo + enNext))
 	}
@@ -176,11 +179,31 @@ func (t *Table) fastHeld(a *Agent, r Ref) (uint64, bool) {
 		return 0, false
 	}
 	eo := t.entryOff(e)
+	// Token first, then the fast word: if the word still names this hold,
+	// the hold lasted across the token read, so its high word is the
+	// grant's (a steal changes it only after moving the word off the hold).
+	tok := atomic.LoadUint64(t.u64(eo + enToken))
 	v := atomic.LoadUint64(t.u64(eo + enFast))
 	if v&^fastInfl != fastWord(r.Serial, a.Idx+1) {
 		return 0, false
 	}
-	return atomic.LoadUint64(t.u64(eo+enToken))&^lo32 | uint64(r.Serial), true
+	return tok&^lo32 | uint64(r.Serial), true
+}
+
+// fastView reads entry eo's fast word and a token word whose high word is
+// the one a fast holder named by that fast word was granted with: the
+// token is read before and after the fast word (the high word only grows,
+// and only under the latch), and again if it moved, for a reader without
+// the latch.
+func (t *Table) fastView(eo uint64) (tok, fw uint64) {
+	tp, fp := t.u64(eo+enToken), t.u64(eo+enFast)
+	for tries := 0; ; tries++ {
+		tok = atomic.LoadUint64(tp)
+		fw = atomic.LoadUint64(fp)
+		if again := atomic.LoadUint64(tp); again>>32 == tok>>32 || tries == 8 {
+			return tok, fw
+		}
+	}
 }
 
 // ---- under the latch of the entry's bucket ----

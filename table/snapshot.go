@@ -91,7 +91,8 @@ func (t *Table) snapBucket(b uint32, held, pending []LockInfo, strict bool) ([]L
 func (t *Table) snapEntry(e uint32, name string, held, pending []LockInfo, strict bool) ([]LockInfo, []LockInfo, error) {
 	nSlots := t.l.slots
 	eo := t.entryOff(e)
-	if fw := atomic.LoadUint64(t.u64(eo + enFast)); fw != fastLatched {
+	tok, fw := t.fastView(eo)
+	if fw != fastLatched {
 		// Held by the fast path (its lists are empty).
 		if ag, ok := fastHolder(uint32(fw)); ok {
 			li := LockInfo{
@@ -100,7 +101,7 @@ func (t *Table) snapEntry(e uint32, name string, held, pending []LockInfo, stric
 				Agent:  ag,
 				Slot:   t.fastSlot(e),
 				Serial: uint32(fw >> 32),
-				Token:  atomic.LoadUint64(t.u64(eo+enToken))&^lo32 | fw>>32,
+				Token:  tok&^lo32 | fw>>32,
 			}
 			t.agentOf(&li)
 			held = append(held, li)
