@@ -46,8 +46,8 @@ docs/multi-and-deadlock.md.
 
 --check instead opens the table read-write as a temporary agent (which also
 reaps dead agents), runs the table's consistency checker with every bucket
-latched, validates the coalesce package's outcome files beside the table (PATH.coalesce/),
-prints what it finds and closes again.
+latched, validates the coalesce package's outcome files beside the table
+(PATH.coalesce/), prints what it finds and closes again.
 
 Exit status: 0 ok; 1 missing or unreadable table, or --check found
 violations or a wait-for cycle; 2 usage error; 3 corrupt table (the message
