@@ -201,8 +201,9 @@ func (m *Manager) queryBackend(ctx context.Context) (Snapshot, error) {
 
 // tableOnly is nil on the table backend and, on a Manager made by
 // NewBackendManager, ErrClosed once closed, else ErrNotSupported naming op:
-// the capabilities that live in the table file (Coalesce's outcome files,
-// watch lists, the wait-for graph, the table's statistics) have no backend
+// the capabilities that live in the table file (watch lists, the wait-for
+// graph, the table's statistics, and the record stores of the packages built
+// on the Manager unless the backend is a seam.StoreProvider) have no backend
 // form yet. Acquire, Request, AcquireAll, RequestAll, Query, Locker and
 // Close work on every backend.
 func (m *Manager) tableOnly(op string) error {

@@ -162,16 +162,11 @@ func TestBackendTableOnly(t *testing.T) {
 	m := NewBackendManager(newFake())
 	ctx := ctxT(t, eventually)
 	calls := map[string]func() error{
-		"Coalesce": func() error {
-			_, _, err := m.Coalesce(ctx, "a", func(context.Context) ([]byte, error) { return nil, nil })
-			return err
-		},
-		"CheckCoalesce": m.CheckCoalesce,
-		"WaitGraph":     func() error { _, err := m.WaitGraph(ctx); return err },
-		"State":         func() error { _, err := m.State(ctx, "a"); return err },
-		"WaitUnlocked":  func() error { return m.WaitUnlocked(ctx, "a", Exclusive) },
-		"Watch":         func() error { _, err := m.Watch(ctx, "a"); return err },
-		"Stats":         func() error { _, err := m.Stats(); return err },
+		"WaitGraph":    func() error { _, err := m.WaitGraph(ctx); return err },
+		"State":        func() error { _, err := m.State(ctx, "a"); return err },
+		"WaitUnlocked": func() error { return m.WaitUnlocked(ctx, "a", Exclusive) },
+		"Watch":        func() error { _, err := m.Watch(ctx, "a"); return err },
+		"Stats":        func() error { _, err := m.Stats(); return err },
 	}
 	for op, call := range calls {
 		err := call()

@@ -77,11 +77,16 @@
 // is one 64-byte heap object. Release retains nothing; Lost registers the
 // Lock with the bell loop, so a caller that calls Lost gets a heap Lock.
 //
-// Coalesce runs idempotent work once for all the callers of a name that
-// overlap in time, in every process of the table, and shares its outcome;
 // WithLock (and the ctx of Request's fn) makes a request on a lock the caller
 // already holds a child grant instead of a self-deadlock, and an upgrade
 // ErrWouldDeadlock. See docs/coalesce.md.
+//
+// Features built on the Manager are packages beside it, as singleflight
+// sits beside sync: github.com/shmlocks/shmlocks/coalesce runs idempotent
+// work once for all the callers of a key that overlap in time, in every
+// process of the table, and shares its outcome. The Manager knows nothing of
+// them: it admits their reserved lock names (starting with '-') and hands
+// them a record store beside the table (internal/seam).
 //
 // Seeing the locks (docs/cli.md): OpenOptions.Stats makes a Manager count
 // its requests by mode and outcome, their waits, steals, lost locks, reaps

@@ -32,20 +32,15 @@ var (
 	ErrDeadlock = errors.New("shmlocks: deadlock")
 )
 
-// Errors of the reentrant requests and of Coalesce (v2).
+// Errors of the reentrant requests (v2).
 var (
 	// ErrWouldDeadlock: a request whose ctx carries a held lock on the same
 	// name (WithLock, or the ctx of Request's fn) needs more than that lock
 	// gives (exclusive asked, shared held): it could never be granted while
 	// the caller holds the lock, so it fails at once instead of waiting.
-	// Also Coalesce on a name from the fn of that name's flight.
+	// Packages built on the Manager use it for the same mistake in their
+	// own terms (coalesce: Do on a key from the fn of that key's flight).
 	ErrWouldDeadlock = errors.New("shmlocks: reentrant request would deadlock")
-	// ErrLeaderFailed: the leader of a Coalesce flight in another process
-	// published an error; the wrapped message is the leader's.
-	ErrLeaderFailed = errors.New("shmlocks: coalesce leader failed")
-	// ErrResultTooLarge: a Coalesce result is longer than MaxResultSize; the
-	// leader and every follower of its flight get it (never a truncation).
-	ErrResultTooLarge = errors.New("shmlocks: coalesce result too large")
 )
 
 // errorsIsAny reports whether err matches any of targets.

@@ -145,9 +145,8 @@ type Manager struct {
 
 	pool sync.Pool // *Lock for Request
 
-	co    coalescer // Coalesce's flights in progress (coalesce.go)
-	stats *stats    // nil unless OpenOptions.Stats; written once by Open
-	log   eventLog  // OpenOptions.Logger (events.go)
+	stats *stats   // nil unless OpenOptions.Stats; written once by Open
+	log   eventLog // OpenOptions.Logger (events.go)
 }
 
 // Open maps the lock table at path, creating it with the geometry in opts

@@ -57,7 +57,6 @@ func armCrash(point string) {
 		}
 	}
 	table.SetCrashHook(hook)
-	coalesceCrashHook.Store(&hook) // the coalesce points (coalesce.go)
 }
 
 func TestHelperProcess(t *testing.T) {
@@ -224,10 +223,8 @@ func childMain(role string) int {
 				continue
 			}
 			say("flocked")
-		case "refreshround":
-			childRefreshRound(m, f) // seed_tokenrefresh_test.go
-		case "coalesce", "loop", "members", "pause", "resume", "go", "reenter", "releasechild", "releaseouter":
-			childCoalesce(m, f) // coalesce_proc_test.go
+		case "reenter", "releasechild", "releaseouter":
+			childReentrant(m, f) // reentrant_proc_test.go
 		case "exit":
 			os.Exit(0)
 		case "close":

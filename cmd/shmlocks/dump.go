@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shmlocks/shmlocks/coalesce"
 	"github.com/shmlocks/shmlocks/manager"
 	"github.com/shmlocks/shmlocks/table"
 )
@@ -45,8 +46,8 @@ docs/multi-and-deadlock.md.
 
 --check instead opens the table read-write as a temporary agent (which also
 reaps dead agents), runs the table's consistency checker with every bucket
-latched, validates Coalesce's outcome files beside the table (PATH.coalesce/),
-prints what it finds and closes again.
+latched, validates the coalesce package's outcome files beside the table
+(PATH.coalesce/), prints what it finds and closes again.
 
 Exit status: 0 ok; 1 missing or unreadable table, or --check found
 violations or a wait-for cycle; 2 usage error; 3 corrupt table (the message
@@ -209,8 +210,8 @@ func dumpCheck(path string, stdout, stderr io.Writer, openErr func(error) int) i
 		fmt.Fprintf(stderr, "shmlocks dump --check: %s: %v\n", path, err)
 		return exitFailure
 	}
-	// Coalesce's outcome files beside the table (docs/coalesce.md).
-	if err := m.CheckCoalesce(); err != nil {
+	// The coalesce package's outcome files beside the table (docs/coalesce.md).
+	if err := coalesce.New(m).Check(); err != nil {
 		fmt.Fprintf(stderr, "shmlocks dump --check: %s: %v\n", path, err)
 		return exitFailure
 	}

@@ -1,4 +1,4 @@
-package manager
+package coalesce
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // The cross-process token refresh of seed 001 (001_5328c2199c867afb.txt):
@@ -22,13 +24,13 @@ import (
 // does.
 //
 //	API call:  Request(shared "api") { call with the stored access token }
-//	on 401:    Coalesce("token-refresh", fn) — one caller's fn runs, in one
+//	on 401:    Do("token-refresh", fn) — one caller's fn runs, in one
 //	           process, for all callers that overlap, in every process:
 //	             fn: Request(exclusive "api") {       // waits for calls in flight,
 //	                   stored token still the one     // and calls wait for it
 //	                   that failed? refresh it, store both new tokens
 //	                   else: someone refreshed meanwhile: use the stored one }
-//	then retry the call with the token Coalesce returned.
+//	then retry the call with the token Do returned.
 //
 // The "server" and the shared storage (localStorage there) are files; the
 // server counts refreshes in a file of its own and records a reused refresh
@@ -89,7 +91,8 @@ func (s tokenServer) refresh(rt string) (tokenPair, error) {
 
 // apiClient is one process's client of the scenario.
 type apiClient struct {
-	m   *Manager
+	m   *manager.Manager
+	g   *Group
 	srv tokenServer
 }
 
@@ -101,7 +104,7 @@ func (c apiClient) do(ctx context.Context) (got401, ranFn bool, err error) {
 	var tok string
 	var ok bool
 	call := func(access string) error {
-		return c.m.Request(ctx, "api", RequestOptions{Mode: Shared}, func(context.Context, *Lock) error {
+		return c.m.Request(ctx, "api", manager.RequestOptions{Mode: manager.Shared}, func(context.Context, *manager.Lock) error {
 			if access == "" {
 				access = readTokens(c.store()).Access
 			}
@@ -112,10 +115,10 @@ func (c apiClient) do(ctx context.Context) (got401, ranFn bool, err error) {
 	if err := call(""); err != nil || ok {
 		return false, false, err
 	}
-	res, _, err := c.m.Coalesce(ctx, "token-refresh", func(ctx context.Context) ([]byte, error) {
+	res, _, err := c.g.Do(ctx, "token-refresh", func(ctx context.Context) ([]byte, error) {
 		ranFn = true
 		var access string
-		err := c.m.Request(ctx, "api", RequestOptions{}, func(context.Context, *Lock) error {
+		err := c.m.Request(ctx, "api", manager.RequestOptions{}, func(context.Context, *manager.Lock) error {
 			st := readTokens(c.store())
 			if st.Access != tok {
 				access = st.Access // refreshed while we waited for the lock
@@ -144,13 +147,13 @@ func (c apiClient) do(ctx context.Context) (got401, ranFn bool, err error) {
 
 // childRefreshRound runs "refreshround K G DIR" in a child: G goroutines make
 // one API call each -> "refreshdone K n401=N fnruns=F failed=E".
-func childRefreshRound(m *Manager, f []string) {
+func childRefreshRound(grp *Group, m *manager.Manager, f []string) {
 	k, dir := f[1], f[3]
 	var g int
 	fmt.Sscan(f[2], &g)
 	go func() {
-		c := apiClient{m: m, srv: tokenServer{dir: dir}}
-		var mu sync.Mutex
+		c := apiClient{m: m, g: grp, srv: tokenServer{dir: dir}}
+		var resMu sync.Mutex
 		n401, runs, failed := 0, 0, 0
 		var wg sync.WaitGroup
 		for i := 0; i < g; i++ {
@@ -160,8 +163,8 @@ func childRefreshRound(m *Manager, f []string) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				got, ran, err := c.do(ctx)
-				mu.Lock()
-				defer mu.Unlock()
+				resMu.Lock()
+				defer resMu.Unlock()
 				if got {
 					n401++
 				}
@@ -185,14 +188,14 @@ func childRefreshRound(m *Manager, f []string) {
 func TestSeedTokenRefresh(t *testing.T) {
 	procs, goroutines, expiries := 3, 8, 5
 	path := tablePath(t)
-	m := openM(t, path, nil)
+	m := openM(t, path)
 	dir := t.TempDir()
 	srv := tokenServer{dir: dir}
 	require.NoError(t, writeTokens(srv.state(), tokenPair{Access: "a0", Refresh: "r0"}))
 	require.NoError(t, writeTokens(filepath.Join(dir, "store.json"), tokenPair{Access: "a0", Refresh: "r0"}))
 	var cs []*child
 	for i := 0; i < procs; i++ {
-		cs = append(cs, spawn(t, path, nil))
+		cs = append(cs, spawn(t, path))
 	}
 	total401, totalRuns := 0, 0
 	for k := 1; k <= expiries; k++ {

@@ -1,4 +1,4 @@
-package manager
+package coalesce
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,19 +14,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// waitMembers waits (bounded) until n callers wait in m's flight on name.
-func waitMembers(t *testing.T, m *Manager, name string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for flightMembers(m, name) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d callers in the flight on %q, want %d", flightMembers(m, name), name, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+	"github.com/shmlocks/shmlocks/internal/seam"
+	"github.com/shmlocks/shmlocks/manager"
+)
 
 type coResult struct {
 	res    []byte
@@ -33,10 +25,10 @@ type coResult struct {
 	err    error
 }
 
-func coalesceAsync(ctx context.Context, m *Manager, name string, fn func(context.Context) ([]byte, error)) <-chan coResult {
+func coalesceAsync(ctx context.Context, m *manager.Manager, name string, fn func(context.Context) ([]byte, error)) <-chan coResult {
 	ch := make(chan coResult, 1)
 	go func() {
-		r, s, err := m.Coalesce(ctx, name, fn)
+		r, s, err := New(m).Do(ctx, name, fn)
 		ch <- coResult{r, s, err}
 	}()
 	return ch
@@ -48,14 +40,16 @@ func recv(t *testing.T, ch <-chan coResult) coResult {
 	case r := <-ch:
 		return r
 	case <-time.After(eventually):
-		t.Fatalf("Coalesce did not return within %v", eventually)
+		t.Fatalf("Do did not return within %v", eventually)
 	}
 	return coResult{}
 }
 
-// 16 goroutines of one Manager: one run, one leader, 15 shared copies.
+// 16 goroutines of one Manager: one run, one leader, 15 shared copies. Each
+// calls through a Group of its own (coalesceAsync): the flight is the
+// Manager's, so they share it in memory (waitMembers).
 func TestCoalesceGoroutinesRunOnce(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
+	m := openM(t, tablePath(t))
 	ctx := ctxT(t, eventually)
 	var runs atomic.Int32
 	gate := make(chan struct{})
@@ -89,12 +83,12 @@ func TestCoalesceGoroutinesRunOnce(t *testing.T) {
 	checkAll(t, m)
 
 	// Over: the next caller runs fn again (nothing cached)...
-	r, shared, err := m.Coalesce(ctx, "user", func(context.Context) ([]byte, error) { return []byte("v2"), nil })
+	r, shared, err := New(m).Do(ctx, "user", func(context.Context) ([]byte, error) { return []byte("v2"), nil })
 	require.NoError(t, err)
 	require.False(t, shared)
 	require.Equal(t, "v2", string(r))
 	// ...unless it accepts a recent result.
-	r, shared, err = m.CoalesceWithin(ctx, "user", time.Hour, func(context.Context) ([]byte, error) {
+	r, shared, err = New(m).DoWithin(ctx, "user", time.Hour, func(context.Context) ([]byte, error) {
 		t.Fatal("ran")
 		return nil, nil
 	})
@@ -102,7 +96,7 @@ func TestCoalesceGoroutinesRunOnce(t *testing.T) {
 	require.True(t, shared)
 	require.Equal(t, "v2", string(r))
 	// A result older than maxAge is not accepted.
-	r, shared, err = m.CoalesceWithin(ctx, "user", time.Nanosecond, func(context.Context) ([]byte, error) { return []byte("v3"), nil })
+	r, shared, err = New(m).DoWithin(ctx, "user", time.Nanosecond, func(context.Context) ([]byte, error) { return []byte("v3"), nil })
 	require.NoError(t, err)
 	require.False(t, shared)
 	require.Equal(t, "v3", string(r))
@@ -112,7 +106,7 @@ func TestCoalesceGoroutinesRunOnce(t *testing.T) {
 // intact; the leader's ctx ending while its fn fails hands the lead to the
 // next caller, who runs its own fn still under the flight lock.
 func TestCoalesceCallerCtx(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
+	m := openM(t, tablePath(t))
 	ctx := ctxT(t, eventually)
 	leadCtx, cancelLead := context.WithCancel(ctx)
 	started := make(chan struct{})
@@ -132,12 +126,12 @@ func TestCoalesceCallerCtx(t *testing.T) {
 	waitMembers(t, m, "x", 2)
 	quit()
 	r := recv(t, quitter)
-	require.ErrorIs(t, r.err, ErrAborted)
+	require.ErrorIs(t, r.err, manager.ErrAborted)
 	require.ErrorIs(t, r.err, context.Canceled)
 	waitMembers(t, m, "x", 1)
 	cancelLead()
 	r = recv(t, lead)
-	require.ErrorIs(t, r.err, ErrAborted)
+	require.ErrorIs(t, r.err, manager.ErrAborted)
 	r = recv(t, follower)
 	require.NoError(t, r.err)
 	require.False(t, r.shared, "the follower led")
@@ -148,7 +142,7 @@ func TestCoalesceCallerCtx(t *testing.T) {
 
 // A leader whose fn succeeds keeps its result even if its ctx ended meanwhile.
 func TestCoalesceLeaderCtxEndsAfterSuccess(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
+	m := openM(t, tablePath(t))
 	ctx := ctxT(t, eventually)
 	leadCtx, cancelLead := context.WithCancel(ctx)
 	gate, started := make(chan struct{}), make(chan struct{})
@@ -176,7 +170,7 @@ func TestCoalesceLeaderCtxEndsAfterSuccess(t *testing.T) {
 // result over MaxResultSize is ErrResultTooLarge for all of them.
 func TestCoalesceErrors(t *testing.T) {
 	path := tablePath(t)
-	m, m2 := openM(t, path, nil), openM(t, path, nil)
+	m, m2 := openM(t, path), openM(t, path)
 	ctx := ctxT(t, eventually)
 	boom := errors.New("boom")
 	for _, tc := range []struct {
@@ -223,13 +217,13 @@ func TestCoalesceErrors(t *testing.T) {
 
 // A panic in fn is its caller's; the followers get an error.
 func TestCoalescePanic(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
+	m := openM(t, tablePath(t))
 	ctx := ctxT(t, eventually)
 	gate, started := make(chan struct{}), make(chan struct{})
 	panicked := make(chan any, 1)
 	go func() {
 		defer func() { panicked <- recover() }()
-		m.Coalesce(ctx, "x", func(context.Context) ([]byte, error) {
+		New(m).Do(ctx, "x", func(context.Context) ([]byte, error) {
 			close(started)
 			<-gate
 			panic("fn bug")
@@ -252,45 +246,54 @@ func TestCoalescePanic(t *testing.T) {
 // Validation: names as for Request; a name too long for "-c:" uses a hashed
 // flight lock name; a closed Manager; a done ctx.
 func TestCoalesceValidation(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
+	m := openM(t, tablePath(t))
 	ctx := ctxT(t, eventually)
 	ok := func(context.Context) ([]byte, error) { return []byte("ok"), nil }
-	_, _, err := m.Coalesce(ctx, "-x", ok)
-	require.ErrorIs(t, err, ErrNotSupported)
-	_, _, err = m.Coalesce(ctx, strings.Repeat("n", 65), ok)
-	require.ErrorIs(t, err, ErrNotSupported)
-	_, _, err = m.Coalesce(ctx, "x", nil)
-	require.ErrorIs(t, err, ErrNotSupported)
-	_, _, err = m.CoalesceWithin(ctx, "x", -1, ok)
-	require.ErrorIs(t, err, ErrNotSupported)
+	_, _, err := New(m).Do(ctx, "-x", ok)
+	require.ErrorIs(t, err, manager.ErrNotSupported)
+	_, _, err = New(m).Do(ctx, strings.Repeat("n", 65), ok)
+	require.ErrorIs(t, err, manager.ErrNotSupported)
+	_, _, err = New(m).Do(ctx, "x", nil)
+	require.ErrorIs(t, err, manager.ErrNotSupported)
+	_, _, err = New(m).DoWithin(ctx, "x", -1, ok)
+	require.ErrorIs(t, err, manager.ErrNotSupported)
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	_, _, err = m.Coalesce(done, "x", ok)
-	require.ErrorIs(t, err, ErrAborted)
+	_, _, err = New(m).Do(done, "x", ok)
+	require.ErrorIs(t, err, manager.ErrAborted)
 	long := strings.Repeat("n", 64) // MaxNameLen: "-c:"+name does not fit
-	r, _, err := m.Coalesce(ctx, long, ok)
+	r, _, err := New(m).Do(ctx, long, ok)
 	require.NoError(t, err)
 	require.Equal(t, "ok", string(r))
-	ln, err := m.flightName(long)
+	ln, err := flightName(long, smallTable.MaxNameLen)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(ln, "-c#"))
 	require.LessOrEqual(t, len(ln), 64)
 	checkAll(t, m)
 	m.Close()
-	_, _, err = m.Coalesce(ctx, "x", ok)
-	require.ErrorIs(t, err, ErrClosed)
+	_, _, err = New(m).Do(ctx, "x", ok)
+	require.ErrorIs(t, err, manager.ErrClosed)
+	// The zero Group, and one of a nil Manager, have no Manager: ErrClosed.
+	var zero Group
+	_, _, err = zero.Do(ctx, "x", ok)
+	require.ErrorIs(t, err, manager.ErrClosed)
+	_, _, err = New(nil).Do(ctx, "x", ok)
+	require.ErrorIs(t, err, manager.ErrClosed)
+	require.ErrorIs(t, (*Group)(nil).Check(), manager.ErrClosed)
 }
 
 // The outcome file is untrusted: every damage is ErrCorrupt naming the field
 // and its value, and Coalesce leads anew (replacing it) rather than fail.
 func TestCoalesceCorruptOutcome(t *testing.T) {
 	path := tablePath(t)
-	m := openM(t, path, nil)
+	m := openM(t, path)
 	ctx := ctxT(t, eventually)
-	_, _, err := m.Coalesce(ctx, "x", func(context.Context) ([]byte, error) { return []byte("good"), nil })
+	_, _, err := New(m).Do(ctx, "x", func(context.Context) ([]byte, error) { return []byte("good"), nil })
 	require.NoError(t, err)
-	st := m.store()
-	good, err := os.ReadFile(st.path("x"))
+	rp := recordPath(path, "x")
+	good, err := os.ReadFile(rp)
+	require.NoError(t, err)
+	b, err := seam.Open(m, feature)
 	require.NoError(t, err)
 	damage := []struct {
 		field string
@@ -305,35 +308,40 @@ func TestCoalesceCorruptOutcome(t *testing.T) {
 		{"size", func(b []byte) []byte { return append(b, 0) }},
 		{"checksum", func(b []byte) []byte { b[len(b)-1] ^= 1; return b }},
 		{"reserved", func(b []byte) []byte { b[44] = 1; return b }},
+		{"size", func(b []byte) []byte { return append(b, make([]byte, maxRecord(smallTable.MaxNameLen))...) }},
 	}
 	for _, d := range damage {
-		b := d.edit(bytes.Clone(good))
-		require.NoError(t, os.WriteFile(st.path("x"), b, 0o600))
-		_, err := st.read("x")
-		require.ErrorIs(t, err, ErrCorrupt, d.field)
+		require.NoError(t, os.WriteFile(rp, d.edit(bytes.Clone(good)), 0o600))
+		_, err := load(b, "x")
+		require.ErrorIs(t, err, manager.ErrCorrupt, d.field)
 		require.Contains(t, err.Error(), "field "+d.field, d.field)
-		require.ErrorIs(t, m.CheckCoalesce(), ErrCorrupt, d.field)
-		r, shared, err := m.CoalesceWithin(ctx, "x", time.Hour, func(context.Context) ([]byte, error) { return []byte("fresh"), nil })
+		require.ErrorIs(t, New(m).Check(), manager.ErrCorrupt, d.field)
+		r, shared, err := New(m).DoWithin(ctx, "x", time.Hour, func(context.Context) ([]byte, error) { return []byte("fresh"), nil })
 		require.NoError(t, err, d.field)
 		require.False(t, shared, d.field)
 		require.Equal(t, "fresh", string(r))
 		checkAll(t, m)
 	}
-	// Another name's outcome under x's file name (a collision) is no result.
-	o, err := st.read("x")
+	// Another key's outcome under x's record key (a collision) is no result.
+	o, err := load(b, "x")
 	require.NoError(t, err)
-	o.name = "y"
-	require.NoError(t, os.WriteFile(st.path("x"), encodeResult(o), 0o600))
-	o2, err := st.read("x")
+	o.key = "y"
+	require.NoError(t, os.WriteFile(rp, encodeRecord(o), 0o600))
+	o2, err := load(b, "x")
 	require.NoError(t, err)
 	require.Nil(t, o2)
-	require.ErrorIs(t, m.CheckCoalesce(), ErrCorrupt)
+	require.ErrorIs(t, New(m).Check(), manager.ErrCorrupt)
+	// A file that is no record's is reported too.
+	require.NoError(t, os.WriteFile(rp, good, 0o600))
+	require.NoError(t, New(m).Check())
+	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(rp), "stray"), nil, 0o600))
+	require.ErrorContains(t, New(m).Check(), "unexpected file")
 }
 
 // Many goroutines of two Managers, repeatedly: every call returns, runs < calls.
 func TestCoalesceTwoAgentsRepeated(t *testing.T) {
 	path := tablePath(t)
-	ms := []*Manager{openM(t, path, nil), openM(t, path, nil)}
+	ms := []*manager.Manager{openM(t, path), openM(t, path)}
 	ctx := ctxT(t, eventually)
 	var runs, calls atomic.Int32
 	var wg sync.WaitGroup
@@ -343,7 +351,7 @@ func TestCoalesceTwoAgentsRepeated(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < 20; i++ {
-					_, _, err := m.Coalesce(ctx, "x", func(context.Context) ([]byte, error) {
+					_, _, err := New(m).Do(ctx, "x", func(context.Context) ([]byte, error) {
 						runs.Add(1)
 						time.Sleep(100 * time.Microsecond)
 						return []byte("r"), nil
@@ -363,17 +371,17 @@ func TestCoalesceTwoAgentsRepeated(t *testing.T) {
 	checkAll(t, ms[0])
 }
 
-// fn calling Coalesce on its own name would wait for itself: ErrWouldDeadlock
+// fn calling Do on its own key would wait for itself: ErrWouldDeadlock
 // at once. Another name is fine.
 func TestCoalesceFromOwnFn(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
+	m := openM(t, tablePath(t))
 	ctx := ctxT(t, eventually)
-	res, _, err := m.Coalesce(ctx, "x", func(ctx context.Context) ([]byte, error) {
-		_, _, err := m.Coalesce(ctx, "x", func(context.Context) ([]byte, error) { panic("must not run") })
-		if !errors.Is(err, ErrWouldDeadlock) {
+	res, _, err := New(m).Do(ctx, "x", func(ctx context.Context) ([]byte, error) {
+		_, _, err := New(m).Do(ctx, "x", func(context.Context) ([]byte, error) { panic("must not run") })
+		if !errors.Is(err, manager.ErrWouldDeadlock) {
 			return nil, fmt.Errorf("nested on x: %v", err)
 		}
-		inner, _, err := m.Coalesce(context.WithoutCancel(ctx), "y", func(context.Context) ([]byte, error) { return []byte("y"), nil })
+		inner, _, err := New(m).Do(context.WithoutCancel(ctx), "y", func(context.Context) ([]byte, error) { return []byte("y"), nil })
 		return append([]byte("x+"), inner...), err
 	})
 	require.NoError(t, err)

@@ -5,73 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/shmlocks/shmlocks/manager"
 )
-
-// Coalesce: many callers ask for the same idempotent work at once ("fetch
-// the user's profile"); one runs it, the others get its result (the seed's
-// asyncOne, 002_d2b532589157d127.txt: 归一锁). Here every caller has a
-// Manager of its own, as if each were another process on the table.
-func ExampleManager_Coalesce() {
-	path, cleanup := tempTable()
-	defer cleanup()
-	ms := make([]*manager.Manager, 5)
-	for i := range ms {
-		m, err := manager.Open(path, nil)
-		if err != nil {
-			panic(err)
-		}
-		defer m.Close()
-		ms[i] = m
-	}
-	ctx := context.Background()
-
-	var fetches atomic.Int32
-	started, release := make(chan struct{}), make(chan struct{})
-	fetchProfile := func(ctx context.Context) ([]byte, error) {
-		if fetches.Add(1) == 1 {
-			close(started)
-		}
-		<-release // a slow request to the profile service
-		return []byte(`{"name":"Ada"}`), nil
-	}
-	results := make([]string, len(ms))
-	var wg sync.WaitGroup
-	call := func(i int) {
-		defer wg.Done()
-		res, shared, err := ms[i].Coalesce(ctx, "profile:42", fetchProfile)
-		results[i] = fmt.Sprintf("%d: %s shared=%v err=%v", i, res, shared, err)
-	}
-	wg.Add(len(ms))
-	go call(0)
-	<-started // caller 0 leads
-	for i := 1; i < len(ms); i++ {
-		go call(i)
-	}
-	// The flight's lock is "-c:" and the name: the followers queue on it.
-	waitQueued(ms[0], "-c:profile:42", len(ms)-1)
-	close(release)
-	wg.Wait()
-	for _, r := range results {
-		fmt.Println(r)
-	}
-	fmt.Println("fetches:", fetches.Load())
-
-	// A recent result may be reused without a flight: CoalesceWithin.
-	res, shared, _ := ms[1].CoalesceWithin(ctx, "profile:42", time.Minute, fetchProfile)
-	fmt.Println(string(res), shared, "fetches:", fetches.Load())
-	// Output:
-	// 0: {"name":"Ada"} shared=false err=<nil>
-	// 1: {"name":"Ada"} shared=true err=<nil>
-	// 2: {"name":"Ada"} shared=true err=<nil>
-	// 3: {"name":"Ada"} shared=true err=<nil>
-	// 4: {"name":"Ada"} shared=true err=<nil>
-	// fetches: 1
-	// {"name":"Ada"} true fetches: 1
-}
 
 // WithLock: code that holds a lock calls a helper that requests the same
 // lock; through the ctx, the helper's request is granted at once instead of

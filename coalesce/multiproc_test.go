@@ -1,8 +1,7 @@
-package manager
+package coalesce
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/internal/seam"
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // Coalesce across processes. Every fn run appends to a counter file that
@@ -56,17 +58,10 @@ func counterLines(t *testing.T, path, prefix string) []string {
 	return out
 }
 
-// checkAll runs the table checker and the outcome store's checker.
-func checkAll(t *testing.T, m *Manager) {
-	t.Helper()
-	require.NoError(t, m.Check())
-	require.NoError(t, m.CheckCoalesce())
-}
-
 // joinFollowers starts n callers of Coalesce on name in each child and waits
 // until they all wait in their process's flight, and until each child's
 // pilot is queued for the flight lock (held by the leader).
-func joinFollowers(t *testing.T, m *Manager, name, counter, mode string, n int, cs ...*child) {
+func joinFollowers(t *testing.T, m *manager.Manager, name, counter, mode string, n int, cs ...*child) {
 	t.Helper()
 	for i, c := range cs {
 		for j := 0; j < n; j++ {
@@ -86,9 +81,9 @@ func joinFollowers(t *testing.T, m *Manager, name, counter, mode string, n int, 
 //	C: go                            -> C: shared=false R; A, B: shared=true R (6 times)
 func TestCoalesceProcessesRunOnce(t *testing.T) {
 	path := tablePath(t)
-	m := openM(t, path, nil)
+	m := openM(t, path)
 	counter := filepath.Join(t.TempDir(), "runs")
-	a, b, c := spawn(t, path, nil), spawn(t, path, nil), spawn(t, path, nil)
+	a, b, c := spawn(t, path), spawn(t, path), spawn(t, path)
 	c.send("coalesce x lead %s block", counter)
 	c.expect("running lead")
 	joinFollowers(t, m, "x", counter, "quick", 3, a, b)
@@ -122,9 +117,9 @@ func TestCoalesceProcessesRunOnce(t *testing.T) {
 // every caller gets its bytes, and fn ran exactly once more.
 func TestCoalesceLeaderKilled(t *testing.T) {
 	path := tablePath(t)
-	m := openM(t, path, nil)
+	m := openM(t, path)
 	counter := filepath.Join(t.TempDir(), "runs")
-	a, b, c := spawn(t, path, nil), spawn(t, path, nil), spawn(t, path, nil)
+	a, b, c := spawn(t, path), spawn(t, path), spawn(t, path)
 	c.send("coalesce x lead %s hang", counter)
 	c.expect("running lead")
 	joinFollowers(t, m, "x", counter, "quick", 3, a, b)
@@ -161,9 +156,9 @@ func TestCoalesceProcessesErrors(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			path := tablePath(t)
-			m := openM(t, path, nil)
+			m := openM(t, path)
 			counter := filepath.Join(t.TempDir(), "runs")
-			a, c := spawn(t, path, nil), spawn(t, path, nil)
+			a, c := spawn(t, path), spawn(t, path)
 			c.send("coalesce x lead %s %s", counter, tc.mode)
 			c.expect("running lead")
 			joinFollowers(t, m, "x", counter, "quick", 2, a)
@@ -202,9 +197,9 @@ func TestCoalesceProcessesErrors(t *testing.T) {
 //	A: early: C's bytes, shared; late: a new run, not shared
 func TestCoalesceNeverOlderThanArrival(t *testing.T) {
 	path := tablePath(t)
-	m := openM(t, path, nil)
+	m := openM(t, path)
 	counter := filepath.Join(t.TempDir(), "runs")
-	a, c := spawn(t, path, nil), spawn(t, path, nil)
+	a, c := spawn(t, path), spawn(t, path)
 	c.send("pause coalesce.renamed")
 	c.expect("armed")
 	c.send("coalesce x lead %s block", counter)
@@ -230,7 +225,7 @@ func TestCoalesceNeverOlderThanArrival(t *testing.T) {
 	checkAll(t, m)
 
 	// CoalesceWithin accepts a recent result without a run.
-	res, shared, err := m.CoalesceWithin(ctxT(t, eventually), "x", eventually, func(context.Context) ([]byte, error) {
+	res, shared, err := New(m).DoWithin(ctxT(t, eventually), "x", eventually, func(context.Context) ([]byte, error) {
 		t.Fatal("fn ran although a recent result was published")
 		return nil, nil
 	})
@@ -243,16 +238,16 @@ func TestCoalesceNeverOlderThanArrival(t *testing.T) {
 // and none gets a partial result; fn runs again only if nothing was published.
 func TestCoalesceCrashPoints(t *testing.T) {
 	published := map[string]bool{"coalesce.ran": false, "coalesce.written": false, "coalesce.renamed": true}
-	for _, point := range CoalesceCrashPoints {
+	for _, point := range crashPoints {
 		t.Run(point, func(t *testing.T) {
 			pub, ok := published[point]
 			if !ok {
 				t.Fatalf("coalesce crash point %q has no multi-process test", point)
 			}
 			path := tablePath(t)
-			m := openM(t, path, nil)
+			m := openM(t, path)
 			counter := filepath.Join(t.TempDir(), "runs")
-			a, c := spawn(t, path, nil), spawn(t, path, nil)
+			a, c := spawn(t, path), spawn(t, path)
 			c.send("crash %s", point)
 			c.expect("armed")
 			c.send("coalesce x lead %s block", counter)
@@ -283,13 +278,13 @@ func TestCoalesceCrashPoints(t *testing.T) {
 			} else {
 				require.NotEqual(t, got[0].shared, got[1].shared, "one follower led")
 			}
-			temps, _ := filepath.Glob(filepath.Join(path+".coalesce", "*"+tempInfix+"*"))
+			temps, _ := filepath.Glob(filepath.Join(path+".coalesce", "*"+seam.TempInfix+"*"))
 			require.Empty(t, temps, "the next leader removed the dead leader's temporary file")
 			checkAll(t, m)
 		})
 	}
 	for point := range published {
-		require.Contains(t, CoalesceCrashPoints, point)
+		require.Contains(t, crashPoints, point)
 	}
 }
 
@@ -303,14 +298,14 @@ func TestCoalesceProcessesStress(t *testing.T) {
 		rounds = 5
 	}
 	path := tablePath(t)
-	m := openM(t, path, nil)
+	m := openM(t, path)
 	counter := filepath.Join(t.TempDir(), "runs")
-	v := spawn(t, path, nil)
+	v := spawn(t, path)
 	v.send("coalesce x victim %s hang", counter)
 	v.expect("running victim")
 	var cs []*child
 	for i := 0; i < procs; i++ {
-		c := spawn(t, path, nil)
+		c := spawn(t, path)
 		c.send("loop x %d %d %s", goroutines, rounds, counter)
 		cs = append(cs, c)
 	}
@@ -347,10 +342,4 @@ func TestCoalesceProcessesStress(t *testing.T) {
 	require.Less(t, len(runs), calls, "coalesced: fewer runs than calls")
 	t.Logf("%d calls in %d processes x %d goroutines, %d runs of fn", calls, procs, goroutines, len(runs))
 	checkAll(t, m)
-}
-
-func atoi(s string) int {
-	var n int
-	fmt.Sscan(s, &n)
-	return n
 }

@@ -1,0 +1,355 @@
+package coalesce
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/internal/seam"
+	"github.com/shmlocks/shmlocks/manager"
+)
+
+// Multi-process tests re-exec this test binary as a child agent
+// (TestHelperProcess) that opens the table (smallTable), prints
+// "ready PID", obeys one command per stdin line and reports one result per
+// stdout line:
+//
+//	coalesce KEY TAG COUNTER MODE
+//	        -> "coalesced TAG shared=BOOL result=RES errkind=KIND"
+//	           fn appends "start TAG PID" to COUNTER (O_APPEND), then by MODE:
+//	           quick: appends "run RES" and returns RES (unique per run)
+//	           block: says "running TAG", waits for "go TAG", then as quick
+//	           hang:  says "running TAG" and returns only if told "go TAG" (the test kills us)
+//	           fail:  appends "run fail" and returns an error "boom TAG"
+//	           big:   returns MaxResultSize+1 bytes
+//	           block+fail, block+big: blocks first
+//	loop KEY G ROUNDS COUNTER
+//	        -> G goroutines call Do ROUNDS times each (fn as quick, 1 ms
+//	           long), then "loopdone calls=N led=L failed=E results=R1,R2,..."
+//	members KEY N       -> "members KEY N" once N callers wait in our flight on KEY
+//	go TAG              -> releases a blocked fn
+//	pause POINT         -> at crash point POINT: says "paused POINT", waits for "resume"
+//	crash POINT         -> at crash point POINT: SIGKILLs itself
+//	refreshround K G DIR -> seed_tokenrefresh_test.go
+//
+// A watchdog makes a stuck child exit with a message instead of hanging
+// the test.
+const (
+	envRole  = "SHMLOCKS_COALESCE_TEST_ROLE"
+	envTable = "SHMLOCKS_COALESCE_TEST_TABLE"
+)
+
+func TestHelperProcess(t *testing.T) {
+	if os.Getenv(envRole) == "" {
+		t.Skip("helper process for the multi-process tests")
+	}
+	go func() {
+		time.Sleep(60 * time.Second)
+		fmt.Println("error watchdog child stuck for 60s")
+		os.Exit(3)
+	}()
+	os.Exit(childMain())
+}
+
+var childOut sync.Mutex
+
+func say(format string, args ...any) {
+	childOut.Lock()
+	fmt.Printf(format+"\n", args...)
+	childOut.Unlock()
+}
+
+var (
+	childGates  sync.Map // tag -> chan struct{}
+	childResume = make(chan struct{})
+)
+
+func gate(tag string) chan struct{} {
+	c, _ := childGates.LoadOrStore(tag, make(chan struct{}))
+	return c.(chan struct{})
+}
+
+func errKind(err error) string {
+	switch {
+	case err == nil:
+		return "none"
+	case errors.Is(err, ErrResultTooLarge):
+		return "toolarge"
+	case errors.Is(err, ErrLeaderFailed):
+		return "leaderfailed"
+	case errors.Is(err, manager.ErrWouldDeadlock):
+		return "wouldDeadlock"
+	case errors.Is(err, manager.ErrAborted):
+		return "aborted"
+	}
+	return "other:" + strings.ReplaceAll(err.Error(), " ", "_")
+}
+
+func appendLine(path, line string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		say("error append %v", err)
+		return
+	}
+	fmt.Fprintln(f, line)
+	f.Close()
+}
+
+func childMain() int {
+	m, err := manager.Open(os.Getenv(envTable), smallTable)
+	if err != nil {
+		say("error open %v", err)
+		return 2
+	}
+	g := New(m)
+	say("ready %d", os.Getpid())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "coalesce":
+			childDo(g, f[1], f[2], f[3], f[4])
+		case "loop":
+			var n, rounds int
+			fmt.Sscan(f[2], &n)
+			fmt.Sscan(f[3], &rounds)
+			go childLoop(g, f[1], n, rounds, f[4])
+		case "members":
+			var n int
+			fmt.Sscan(f[2], &n)
+			go func() {
+				for deadline := time.Now().Add(eventually); flightMembers(m, f[1]) < n; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						say("error members %s: %d, want %d", f[1], flightMembers(m, f[1]), n)
+						return
+					}
+				}
+				say("members %s %d", f[1], n)
+			}()
+		case "go":
+			close(gate(f[1]))
+		case "pause":
+			point := f[1]
+			seam.SetCrashHook(func(p string) {
+				if p == point {
+					say("paused %s", p)
+					<-childResume
+				}
+			})
+			say("armed %s", point)
+		case "resume":
+			close(childResume)
+		case "crash":
+			point := f[1]
+			seam.SetCrashHook(func(p string) {
+				if p == point {
+					self, _ := os.FindProcess(os.Getpid())
+					self.Kill() // SIGKILL: no deferred code, no Close
+					select {}
+				}
+			})
+			say("armed %s", point)
+		case "refreshround":
+			childRefreshRound(g, m, f) // seed_tokenrefresh_test.go
+		default:
+			say("error unknown command %q", f[0])
+		}
+	}
+	return 0 // stdin closed: exit without Close
+}
+
+// childDo runs "coalesce KEY TAG COUNTER MODE" in the background.
+func childDo(g *Group, key, tag, counter, mode string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res, shared, err := g.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
+			appendLine(counter, fmt.Sprintf("start %s %d", tag, os.Getpid()))
+			if strings.HasPrefix(mode, "block") || mode == "hang" {
+				say("running %s", tag)
+				select {
+				case <-gate(tag):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			switch strings.TrimPrefix(mode, "block") {
+			case "+fail", "fail":
+				appendLine(counter, "run fail")
+				return nil, fmt.Errorf("boom %s", tag)
+			case "+big", "big":
+				return make([]byte, MaxResultSize+1), nil
+			}
+			r := fmt.Sprintf("%d-%s-%d", os.Getpid(), tag, time.Now().UnixNano())
+			appendLine(counter, "run "+r)
+			return []byte(r), nil
+		})
+		say("coalesced %s shared=%v result=%s errkind=%s", tag, shared, res, errKind(err))
+	}()
+}
+
+// childLoop runs "loop KEY G ROUNDS COUNTER".
+func childLoop(g *Group, key string, n, rounds int, counter string) {
+	var resMu sync.Mutex
+	seen := map[string]bool{}
+	calls, led, failed := 0, 0, 0
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				res, shared, err := g.Do(ctx, key, func(ctx context.Context) ([]byte, error) {
+					appendLine(counter, fmt.Sprintf("start loop %d", os.Getpid()))
+					time.Sleep(time.Millisecond)
+					r := fmt.Sprintf("%d-loop-%d", os.Getpid(), time.Now().UnixNano())
+					appendLine(counter, "run "+r)
+					return []byte(r), nil
+				})
+				cancel()
+				resMu.Lock()
+				calls++
+				if err != nil {
+					failed++
+					say("loopfail %s", errKind(err))
+				} else {
+					seen[string(res)] = true
+					if !shared {
+						led++
+					}
+				}
+				resMu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	var rs []string
+	for r := range seen {
+		rs = append(rs, r)
+	}
+	say("loopdone calls=%d led=%d failed=%d results=%s", calls, led, failed, strings.Join(rs, ","))
+}
+
+// child is a running helper process.
+type child struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string
+	buf    []string
+	pid    int
+	waited bool
+}
+
+// spawn starts a child agent on the table at path and waits for "ready".
+func spawn(t testing.TB, path string) *child {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "-test.run=^TestHelperProcess$", "-test.v=false")
+	cmd.Env = append(os.Environ(), envRole+"=agent", envTable+"="+path)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	c := &child{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+	}()
+	t.Cleanup(func() { c.kill() })
+	c.pid, _ = strconv.Atoi(strings.Fields(c.expect("ready"))[1])
+	return c
+}
+
+func (c *child) send(format string, args ...any) {
+	c.t.Helper()
+	_, err := fmt.Fprintf(c.stdin, format+"\n", args...)
+	require.NoError(c.t, err)
+}
+
+// expect returns the first line starting with prefix (waiting up to
+// eventually); an "error" line or the child's exit fails the test.
+func (c *child) expect(prefix string) string {
+	c.t.Helper()
+	for i, l := range c.buf {
+		if strings.HasPrefix(l, prefix) {
+			c.buf = append(c.buf[:i], c.buf[i+1:]...)
+			return l
+		}
+	}
+	deadline := time.After(eventually)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				c.t.Fatalf("child %d exited while expecting %q (unread: %q)", c.pid, prefix, c.buf)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+			if strings.HasPrefix(l, "error") {
+				c.t.Fatalf("child %d: %s (expecting %q)", c.pid, l, prefix)
+			}
+			c.buf = append(c.buf, l)
+		case <-deadline:
+			c.t.Fatalf("child %d: no %q within %v (unread: %q)", c.pid, prefix, eventually, c.buf)
+		}
+	}
+}
+
+// kill SIGKILLs the child and waits for it (a zombie would still look alive to kill(pid, 0)).
+func (c *child) kill() {
+	if c.waited {
+		return
+	}
+	c.cmd.Process.Kill()
+	c.wait()
+}
+
+// wait reaps the child process.
+func (c *child) wait() error {
+	if c.waited {
+		return nil
+	}
+	c.waited = true
+	c.stdin.Close()
+	return c.cmd.Wait()
+}
+
+// parseFields maps the key=value fields of a line.
+func parseFields(line string) map[string]string {
+	m := map[string]string{}
+	for _, f := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func atoi(s string) int {
+	var n int
+	fmt.Sscan(s, &n)
+	return n
+}

@@ -1,0 +1,121 @@
+// Package seam is what package manager hands to the packages built on it
+// (coalesce, and the backends' record stores), without knowing them: a
+// context marker that admits reserved lock names, a per-bucket record store
+// whose writes are fenced by a lock, and the Manager's name rules.
+//
+// The dependency runs one way: manager imports seam and registers, in its
+// init, the function that opens a Manager's Bucket; a feature package
+// imports manager and seam and calls Open. Nothing here is public API (the
+// internal/ rule admits the packages of this module and of the modules
+// nested under it, such as github.com/shmlocks/shmlocks/etcd).
+package seam
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+)
+
+// reservedKey marks a ctx whose requests may use reserved names.
+type reservedKey struct{}
+
+// Reserved returns ctx marked so that a request made with it may use a
+// reserved lock name: one starting with '-', which user requests may not,
+// so that a feature's own locks never meet a user's names. Never hand such
+// a ctx to user code.
+func Reserved(ctx context.Context) context.Context {
+	return context.WithValue(ctx, reservedKey{}, true)
+}
+
+// IsReserved reports whether ctx carries Reserved's marker.
+func IsReserved(ctx context.Context) bool { return ctx.Value(reservedKey{}) != nil }
+
+// Grant is a granted lock as a Store sees it: a *manager.Lock.
+type Grant interface {
+	Name() string
+	Token() uint64
+	Lost() <-chan struct{}
+}
+
+// Store keeps a feature's records in a bucket: one record per key, shared
+// by every agent of the bucket, each record written only by the holder of
+// the lock that guards its key. Records are untrusted bytes: the feature
+// validates what it loads. Keys are 1 to 64 bytes of [0-9A-Za-z_-].
+type Store interface {
+	// Load returns the record under key, or an error wrapping
+	// fs.ErrNotExist when there is none. A record longer than max bytes is
+	// returned cut to max+1 bytes: the caller reports it as too long.
+	Load(key string, max int) ([]byte, error)
+	// Publish replaces the record under key with rec, atomically (a reader
+	// sees the previous record or rec, whole), only while g is held: g is
+	// checked held, and cannot be released (by its Manager's Close) until
+	// the record is in place; a lost g is an error wrapping
+	// manager.ErrStolen, a closed Manager manager.ErrClosed. The caller
+	// holds g, the lock that guards key, so no other agent publishes under
+	// key meanwhile.
+	Publish(g Grant, key string, rec []byte) error
+	// Range calls fn for every record (cut as by Load) and returns the
+	// store's own findings (unreadable or unexpected entries) joined with
+	// fn's errors; a store with no record yet is nil.
+	Range(max int, fn func(key string, rec []byte) error) error
+}
+
+// StoreProvider is implemented by a manager.Backend that keeps feature
+// records; the Managers made with NewBackendManager hand its stores to the
+// feature packages. Without it, a feature that needs a store is
+// ErrNotSupported on that backend.
+type StoreProvider interface {
+	// Store returns the store of feature (a short lower-case word, such
+	// as "coalesce"), shared by every client of the backend's bucket.
+	Store(feature string) (Store, error)
+}
+
+// Bucket is what a feature package gets from one Manager.
+type Bucket struct {
+	// MaxNameLen is the longest lock name the Manager accepts, in bytes.
+	MaxNameLen int
+	// Validate applies the Manager's checks to a request on name, in the
+	// contract's order: closed (ErrClosed), then the name (ErrNotSupported),
+	// then ctx (ErrAborted).
+	Validate func(ctx context.Context, name string) error
+	// Store is feature's record store in the Manager's bucket.
+	Store Store
+}
+
+var open atomic.Pointer[func(m any, feature string) (Bucket, error)]
+
+// Register sets the function Open calls; package manager calls it once,
+// in its init.
+func Register(f func(m any, feature string) (Bucket, error)) { open.Store(&f) }
+
+// Open returns the Bucket of m, a *manager.Manager, for feature: an error
+// wrapping manager.ErrClosed for a closed (or zero) Manager,
+// manager.ErrNotSupported for a backend without a store.
+func Open(m any, feature string) (Bucket, error) {
+	f := open.Load()
+	if f == nil {
+		return Bucket{}, errNoManager
+	}
+	return (*f)(m, feature)
+}
+
+var errNoManager = errors.New("seam: package manager is not linked in")
+
+// crashHook is called at every crash point of a feature or a store (tests only).
+var crashHook atomic.Pointer[func(point string)]
+
+// Crash marks a crash point: a test may kill the process there (SetCrashHook).
+func Crash(point string) {
+	if f := crashHook.Load(); f != nil {
+		(*f)(point)
+	}
+}
+
+// SetCrashHook makes Crash call f (nil: nothing). Tests only.
+func SetCrashHook(f func(point string)) {
+	if f == nil {
+		crashHook.Store(nil)
+		return
+	}
+	crashHook.Store(&f)
+}
