@@ -25,6 +25,9 @@ var examples = []struct {
 		`worker 2 got "printer" (token 4)`,
 		`worker 3 got "printer" (token 5)`,
 	}},
+	{"tokenrefresh", []string{
+		`4 tabs made 80 calls; the token expired 7 times and was refreshed 7 times; logouts: 0`,
+	}},
 }
 
 func TestExamples(t *testing.T) {

@@ -1,7 +1,8 @@
 // Command fairlock shows a fair (FIFO) lock across processes, the "fair lock"
-// of seed 002: requests are served in the order they were made, whichever
-// process made them, so "open the mask" is never overtaken by "close the
-// mask" queued after it.
+// and "waiting lock" (asyncWait) of seed 002: one caller runs at a time, the
+// others wait and are served in the order they asked, whichever process
+// asked, so "open the mask" is never overtaken by "close the mask" queued
+// after it.
 //
 // It starts several worker processes one after another, each queueing for
 // the lock "printer" while the parent holds it, and then releases: the
