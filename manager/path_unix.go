@@ -13,8 +13,12 @@ import (
 	"syscall"
 )
 
+// defaultRoot holds the users' default table directories (a variable for
+// the tests, which must not touch the real one).
+var defaultRoot = "/tmp"
+
 func defaultPath() string {
-	return filepath.Join("/tmp", "shmlocks-"+strconv.Itoa(os.Getuid()), "shmlocks.tbl")
+	return filepath.Join(defaultRoot, "shmlocks-"+strconv.Itoa(os.Getuid()), "shmlocks.tbl")
 }
 
 // ensureDefaultDir creates dir (mode 0700) if it does not exist and checks

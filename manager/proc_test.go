@@ -224,6 +224,8 @@ func childMain(role string) int {
 				continue
 			}
 			say("flocked")
+		case "coowner": // coowner PGID -> "coowned" (coowner_test.go)
+			childCoOwner(m, f)
 		case "refreshround":
 			childRefreshRound(m, f) // seed_tokenrefresh_test.go
 		case "coalesce", "loop", "members", "pause", "resume", "go", "reenter", "releasechild", "releaseouter":
