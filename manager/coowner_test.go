@@ -13,16 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// childCoOwner: coowner PGID -> "coowned", or "error coowner MSG".
-func childCoOwner(m *Manager, f []string) {
-	pgid, _ := strconv.Atoi(f[1])
-	if err := m.SetCoOwner(pgid); err != nil {
-		say("error coowner %v", err)
-		return
-	}
-	say("coowned %d", pgid)
-}
-
 // procGroup starts `sh -c 'sleep 60 & echo $!; read x'` in a group of its
 // own: the leader sh and a member sleep. endLeader makes the leader exit
 // (and waits for it); the member is killed by the cleanup.

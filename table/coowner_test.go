@@ -207,3 +207,38 @@ func TestCoOwnerUntrusted(t *testing.T) {
 	require.Zero(t, pg)
 	require.NoError(t, tb.Check(b))
 }
+
+// BenchmarkGroupAlive: the cost of one look at a co-owner group, while its
+// leader runs, and after it (a kill(-pgid, 0) and a scan of /proc that
+// stops at the first running member).
+func BenchmarkGroupAlive(b *testing.B) {
+	for _, leaderRuns := range []bool{true, false} {
+		name := "leader"
+		if !leaderRuns {
+			name = "member"
+		}
+		b.Run(name, func(b *testing.B) {
+			cmd := exec.Command("sh", "-c", "sleep 60 & echo $!; read x")
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			in, _ := cmd.StdinPipe()
+			out, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			bufio.NewReader(out).ReadString('\n')
+			leader := cmd.Process.Pid
+			start := uint32(ProcessStart(leader))
+			defer func() { syscall.Kill(-leader, syscall.SIGKILL); in.Close(); cmd.Wait() }()
+			if !leaderRuns {
+				in.Close()
+				cmd.Wait()
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if !GroupAlive(leader, start) {
+					b.Fatal("group gone")
+				}
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,27 +19,43 @@ func groupAlive(pgid int, start32 uint32) bool {
 	if exists && start != 0 && !zombie(state) {
 		return true // the leader runs
 	}
-	// The leader is gone (or a zombie): does another member run?
+	// The leader is gone (or a zombie): does another member run? The one
+	// found last time is looked at first.
 	if err := unix.Kill(-pgid, 0); err == unix.ESRCH {
+		lastMember.Delete(pgid)
 		return false
 	}
-	return groupMemberRunning(pgid)
+	if pid, ok := lastMember.Load(pgid); ok && memberRunning(pid.(int), pgid) {
+		return true
+	}
+	pid := groupMemberRunning(pgid)
+	if pid == 0 {
+		lastMember.Delete(pgid)
+		return false
+	}
+	lastMember.Store(pgid, pid)
+	return true
 }
+
+// lastMember remembers, per group whose leader is gone, the member found
+// running by the last scan.
+var lastMember sync.Map // pgid -> pid
 
 func zombie(state byte) bool { return state == 'Z' || state == 'X' || state == 'x' }
 
 // groupMemberRunning scans /proc for a process of group pgid that is not a
-// zombie. Members are usually younger than their leader: the scan starts
-// after pgid and wraps around.
-func groupMemberRunning(pgid int) bool {
+// zombie and returns its pid (0: none; pgid itself if it cannot tell).
+// Members are usually younger than their leader: the scan starts after
+// pgid and wraps around.
+func groupMemberRunning(pgid int) int {
 	d, err := os.Open("/proc")
 	if err != nil {
-		return true // cannot tell: keep the group
+		return pgid // cannot tell: keep the group
 	}
 	names, err := d.Readdirnames(-1)
 	d.Close()
 	if err != nil {
-		return true
+		return pgid
 	}
 	var before []int
 	for _, n := range names {
@@ -51,15 +68,15 @@ func groupMemberRunning(pgid int) bool {
 			continue
 		}
 		if memberRunning(pid, pgid) {
-			return true
+			return pid
 		}
 	}
 	for _, pid := range before {
 		if memberRunning(pid, pgid) {
-			return true
+			return pid
 		}
 	}
-	return false
+	return 0
 }
 
 // memberRunning reports whether pid runs (not a zombie) in group pgid.

@@ -176,6 +176,7 @@ type child struct {
 	start     uint64 // the leader's start time (ProcessStart)
 	tty       *os.File
 	fg        bool            // the group was made the terminal's foreground job
+	sigs      chan os.Signal  // relayed signals while the command runs (nil after)
 	writers   []*os.File      // pipe ends given to the command (file)
 	copies    []chan struct{} // closed when a pipe's copy ends
 }
@@ -279,7 +280,9 @@ func (c *child) close() {
 // stolen, terminating it. It returns the exit status, and whether the lock
 // was stolen.
 func (c *child) wait(o *execOptions, l *manager.Lock, sigs chan os.Signal, stderr io.Writer) (status int, stolen bool) {
+	c.sigs = sigs
 	defer func() {
+		c.sigs = nil
 		c.restoreTerminal()
 		if c.tty != nil {
 			c.tty.Close()
@@ -320,8 +323,11 @@ func (c *child) wait(o *execOptions, l *manager.Lock, sigs chan os.Signal, stder
 			case syscall.SIGCHLD, syscall.SIGURG:
 				continue
 			case syscall.SIGCONT:
-				if c.fg && c.tty != nil && foregroundOf(c.tty) == syscall.Getpgrp() {
-					setForeground(c.tty, c.pgid, sigs)
+				// Continued in the foreground (fg, also of a job started in
+				// the background): the command gets the terminal.
+				if c.tty != nil && foregroundOf(c.tty) == syscall.Getpgrp() {
+					setForeground(c.tty, c.pgid, c.sigs)
+					c.fg = true
 				}
 			case syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU:
 				stopSent = true
@@ -334,22 +340,25 @@ func (c *child) wait(o *execOptions, l *manager.Lock, sigs chan os.Signal, stder
 				kill = time.After(o.killAfter)
 				after = fmt.Sprintf(", SIGKILL in %v", o.killAfter)
 			}
-			fmt.Fprintf(stderr, "shmlocks exec: lock %q was stolen; sending SIGTERM to the command%s\n", o.name, after)
+			c.warnf(stderr, "lock %q was stolen; sending SIGTERM to the command%s", o.name, after)
 			syscall.Kill(-c.pgid, syscall.SIGTERM)
 		case <-kill:
 			kill = nil
-			fmt.Fprintf(stderr, "shmlocks exec: the command outlived --kill-after %v after the steal; sending SIGKILL\n", o.killAfter)
+			c.warnf(stderr, "the command outlived --kill-after %v after the steal; sending SIGKILL", o.killAfter)
 			syscall.Kill(-c.pgid, syscall.SIGKILL)
 		case ev := <-events:
 			switch {
 			case ev.err != nil:
-				fmt.Fprintf(stderr, "shmlocks exec: wait: %v\n", ev.err)
+				c.warnf(stderr, "wait: %v", ev.err)
 				return exitOSErr, stolen
 			case ev.ws.Stopped():
-				// Stopped from its terminal (Ctrl-Z) or by a stop signal we
-				// passed on: stop too, so that whoever runs us sees the job
-				// stopped; the SIGCONT that resumes us resumes it.
-				if c.fg || stopSent {
+				// Stopped from its terminal (Ctrl-Z, or reading it from the
+				// background) or by a stop signal we passed on: stop too, so
+				// that the shell running us sees the job stopped; the
+				// SIGCONT that resumes us resumes it. (Stopped otherwise, by
+				// a SIGSTOP sent to it alone, it waits for its own SIGCONT.)
+				ttyStop := ev.ws.StopSignal() == syscall.SIGTTIN || ev.ws.StopSignal() == syscall.SIGTTOU
+				if c.fg || stopSent || ttyStop && c.tty != nil {
 					stopSent = false
 					c.restoreTerminal()
 					syscall.Kill(os.Getpid(), syscall.SIGSTOP)
@@ -367,8 +376,19 @@ func (c *child) wait(o *execOptions, l *manager.Lock, sigs chan os.Signal, stder
 // group, if it had it.
 func (c *child) restoreTerminal() {
 	if c.fg && c.tty != nil && foregroundOf(c.tty) == c.pgid {
-		setForeground(c.tty, syscall.Getpgrp(), nil)
+		setForeground(c.tty, syscall.Getpgrp(), c.sigs)
 	}
+}
+
+// warnf prints a line on stderr while the command runs. On a terminal this
+// process is then in the background: SIGTTOU (stty tostop) would stop it,
+// or, relayed, loop; it is ignored for the write.
+func (c *child) warnf(stderr io.Writer, format string, args ...any) {
+	if c.tty != nil {
+		signal.Ignore(syscall.SIGTTOU)
+		defer signal.Notify(c.sigs, syscall.SIGTTOU)
+	}
+	fmt.Fprintf(stderr, "shmlocks exec: %s\n", fmt.Sprintf(format, args...))
 }
 
 // execChild is the command's process before it runs the command: it waits

@@ -1,16 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
-	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/shmlocks/shmlocks/manager"
 )
 
 // parseGNU: long options with = or apart, booleans with =false or --no-,
@@ -84,44 +79,4 @@ func TestParseGNU(t *testing.T) {
 	require.ErrorContains(t, err, "ambiguous")
 	_, err = parseGNU(fs, nil, []string{"--help"})
 	require.ErrorIs(t, err, errHelp)
-}
-
-// Every subcommand takes its options GNU style, reports errors GNU style and
-// lists its options GNU style, short letters included.
-func TestSubcommandFlagsGNU(t *testing.T) {
-	for cmd, short := range shortOptions {
-		r := shm(t, nil, cmd, "--help")
-		require.Equal(t, exitOK, r.code, r.stderr)
-		for c, long := range short {
-			require.Contains(t, r.stdout, fmt.Sprintf("-%c, --%s", c, long), "%s --help lists -%c", cmd, c)
-		}
-		require.NotContains(t, r.stdout, "\n  -table", "%s: no Go-flag style left", cmd)
-
-		r = shm(t, nil, cmd, "--bogus")
-		require.Equal(t, exitUsage, r.code)
-		require.Contains(t, r.stderr, "unknown option --bogus", cmd)
-		require.NotContains(t, r.stderr, "flag provided but not defined")
-
-		r = shm(t, nil, cmd, "--table", "")
-		require.Equal(t, exitUsage, r.code, "%s --table '': %s", cmd, r.stderr)
-		require.Contains(t, r.stderr, "non-empty")
-	}
-	r := shm(t, nil, "serve", "--help")
-	require.Contains(t, r.stdout, "--[no-]names")
-	r = shm(t, nil, "path", "--bogus")
-	require.Equal(t, exitUsage, r.code)
-	require.Contains(t, r.stderr, "unknown option --bogus")
-
-	// The short forms work: a dump as JSON of a live table.
-	tbl := filepath.Join(t.TempDir(), "t.tbl")
-	m := openManager(t, tbl)
-	_, err := m.Acquire(ctxFor(t, 10*time.Second), "x", manager.RequestOptions{})
-	require.NoError(t, err)
-	for _, args := range [][]string{{"-jt", tbl}, {"-j", "-t" + tbl}, {"--js", "--tab=" + tbl}, {"-json", "-table", tbl}} {
-		r := shm(t, nil, append([]string{"dump"}, args...)...)
-		require.Equal(t, exitOK, r.code, "%q: %s", args, r.stderr)
-		var snap manager.Snapshot
-		require.NoError(t, json.Unmarshal([]byte(r.stdout), &snap), "%q", args)
-		require.Len(t, snap.Held, 1)
-	}
 }
