@@ -121,6 +121,10 @@ func (w *watcher) loop() {
 		n := w.m.nwait
 		w.m.mu.Unlock()
 		if n == 0 && !w.m.watching() {
+			if poll != nil { // nobody waits: no need to look at orphans
+				poll.Stop()
+				poll = nil
+			}
 			continue
 		}
 		if polling {
