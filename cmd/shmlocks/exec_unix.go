@@ -186,6 +186,9 @@ type child struct {
 // error.
 func startCommand(o *execOptions, m *manager.Manager, l *manager.Lock, stdout, stderr io.Writer) (c *child, code int, err error) {
 	path, err := exec.LookPath(o.argv[0])
+	if errors.Is(err, exec.ErrDot) { // found through "." in $PATH: run it, as execvp would
+		err = nil
+	}
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			return nil, 127, err
@@ -232,8 +235,10 @@ func startCommand(o *execOptions, m *manager.Manager, l *manager.Lock, stdout, s
 		c.close()
 		return nil, tableErrorCode(err, exitOSErr), err
 	}
-	if _, err := goW.Write([]byte{1}); err != nil {
-		return nil, exitOSErr, err
+	if _, err := goW.Write([]byte{1}); err != nil { // the child died before the go-ahead
+		c.restoreTerminal()
+		c.close()
+		return nil, exitOSErr, fmt.Errorf("start %s: %w", o.argv[0], err)
 	}
 	return c, 0, nil
 }
