@@ -57,8 +57,8 @@ var execOpts = []execOpt{
 	{"u", []string{"unlock"}, "", "not supported (flock -u drops a lock held by a file descriptor; a shmlocks lock has none)", func(*execOptions, string) error {
 		return fmt.Errorf("-u/--unlock is not supported: a shmlocks lock is not held by a file descriptor the shell could pass; the lock is released when COMMAND exits")
 	}},
-	{"F", []string{"no-fork"}, "", "not supported (flock -F execs COMMAND in place; this process's agent must stay to release the lock)", func(*execOptions, string) error {
-		return fmt.Errorf("-F/--no-fork is not supported: the lock belongs to this process's agent, which stays to release it when COMMAND exits")
+	{"F", []string{"no-fork"}, "", "not supported (flock -F execs COMMAND in place; here COMMAND runs in a process group of its own that co-owns the lock)", func(*execOptions, string) error {
+		return fmt.Errorf("-F/--no-fork is not supported: COMMAND runs in a process group of its own, which this process makes a co-owner of the lock before COMMAND starts")
 	}},
 }
 

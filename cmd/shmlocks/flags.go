@@ -172,11 +172,14 @@ func unwrapFlagErr(err error) error {
 	return err
 }
 
+// metavars name the values of options whose usage does not.
+var metavars = map[string]string{"table": "PATH", "metrics": "ADDR"}
+
 // valueName is the metavariable of f's value: the back-quoted word of its
 // usage, else its type, upper case.
 func valueName(f *flag.Flag) string {
-	if f.Name == "table" {
-		return "PATH"
+	if n, ok := metavars[f.Name]; ok {
+		return n
 	}
 	n, _ := flag.UnquoteUsage(f)
 	if n == "" {
