@@ -172,9 +172,16 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	if deadlock == 0 {
 		deadlock = DefaultDeadlockDelay
 	}
+	if err := checkTablePath(path); err != nil { // path.go
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
 	t, _, err := table.Open(path, g, o.FileMode)
 	if err != nil {
 		(&eventLog{l: o.Logger, path: path}).corrupt(nil, "open", err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := checkOpenedTable(path, t); err != nil {
+		t.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	var nb [8]byte

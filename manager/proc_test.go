@@ -223,6 +223,8 @@ func childMain(role string) int {
 				continue
 			}
 			say("flocked")
+		case "coowner": // coowner PGID -> "coowned" (coowner_test.go)
+			childCoOwner(m, f)
 		case "reenter", "releasechild", "releaseouter":
 			childReentrant(m, f) // reentrant_proc_test.go
 		case "exit":

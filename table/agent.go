@@ -69,6 +69,7 @@ func (t *Table) Register(id Identity, nonce uint64) (*Agent, error) {
 		atomic.StoreUint32(t.u32(off+agParked), 0)
 		atomic.StoreUint64(t.u64(off+agSlotMask), 0)
 		atomic.StoreUint64(t.u64(off+agEntryMask), 0)
+		atomic.StoreUint64(t.u64(off+agCoOwner), 0)
 		atomic.StoreUint64(t.u64(off+agSince), uint64(time.Now().UnixNano()))
 		alive := agentWord(id.PID, id.Start, AgentAlive)
 		if !atomic.CompareAndSwapUint64(wp, claimed, alive) {
@@ -112,9 +113,20 @@ func (t *Table) Deregister(a *Agent, w *Wakes) error {
 }
 
 // agentDead reads agent record idx and reports whether it names a process
-// that is gone (exited, zombie, PID recycled, other boot). A free record is
-// not dead (there is nothing to reap). word is the value the verdict is for.
+// that is gone (exited, zombie, PID recycled, other boot) and has no
+// co-owner group that still runs (coowner.go). A free record is not dead
+// (there is nothing to reap). word is the value the verdict is for.
 func (t *Table) agentDead(idx uint32) (dead bool, word uint64) {
+	dead, word = t.agentProcessDead(idx)
+	if dead && wordState(word) == AgentAlive && t.coOwnerAlive(idx) {
+		return false, word
+	}
+	return dead, word
+}
+
+// agentProcessDead is agentDead without the co-owner: whether the record's
+// own process is gone.
+func (t *Table) agentProcessDead(idx uint32) (dead bool, word uint64) {
 	off := t.agentOff(idx)
 	word = atomic.LoadUint64(t.u64(off + agWord))
 	switch wordState(word) {
@@ -321,6 +333,12 @@ type AgentInfo struct {
 	Parked   uint32
 	Bell     uint32
 	StealSeq uint32
+
+	// CoOwner is the process group that keeps the agent alive after its
+	// process (0: none, or an invalid record: coowner.go); CoOwnerStart the
+	// low 32 bits of its leader's start time.
+	CoOwner      int
+	CoOwnerStart uint32
 }
 
 // LiveAgents counts the agent records registered and alive (as far as the
@@ -354,7 +372,7 @@ func (t *Table) Agents() []AgentInfo {
 
 func (t *Table) agentInfo(idx uint32, word uint64) AgentInfo {
 	off := t.agentOff(idx)
-	return AgentInfo{
+	ai := AgentInfo{
 		Index:    idx,
 		State:    wordState(word),
 		PID:      agentWordPID(word),
@@ -366,6 +384,8 @@ func (t *Table) agentInfo(idx uint32, word uint64) AgentInfo {
 		Bell:     atomic.LoadUint32(t.u32(off + agBell)),
 		StealSeq: atomic.LoadUint32(t.u32(off + agStealSeq)),
 	}
+	ai.CoOwner, ai.CoOwnerStart, _ = t.coOwner(idx)
+	return ai
 }
 
 // Word returns the agent word that AgentInfo describes (for change detection).

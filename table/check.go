@@ -186,6 +186,9 @@ func (t *Table) check(quiescent bool) error {
 			if agentWordPID(aw) <= 0 {
 				c.fail("agent %d: alive with pid %d", idx, agentWordPID(aw))
 			}
+			if _, _, err := t.coOwner(idx); err != nil {
+				c.fail("%v", err)
+			}
 		default:
 			c.fail("agent %d: invalid state %d", idx, wordState(aw))
 		}

@@ -108,7 +108,8 @@
 //	48     8    since     registrant                 dump                    yes    unix ns
 //	56     8    slotMask  the agent (before a claim) reapers                 yes    slot ranges ever owned (also set by a latch holder moving a fast hold)
 //	64     8    entryMask the agent (before a fast CAS) reapers, orphan check yes   entry ranges ever taken by the fast path
-//	72     56   reserved
+//	72     8    coOwner   the agent (SetCoOwner)     liveness checks         yes    0, or pgid<<32 | start32: 2 ≤ pgid ≤ 2^22; zeroed at registration (coowner.go)
+//	80     48   reserved
 //
 // # Slot state machine
 //

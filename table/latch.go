@@ -121,7 +121,8 @@ func (t *Table) unlatch(a *Agent, b uint32) {
 // latchOwnerDead decides whether a latch owner can be taken over: an owner
 // index out of range is garbage; our own index is garbage only when no other
 // operation of ours is in flight (so none can hold a latch); any other owner
-// is dead when its identity no longer names a live process. An owner whose
+// is dead when its identity no longer names a live process (its co-owner
+// group does not count: only the process could release the latch). An owner whose
 // record is free is not taken over: a Release racing with its Manager's
 // Close may hold a latch for a moment after the record was freed (a latch
 // word that stays so is given up on after LatchGiveUp).
@@ -132,6 +133,6 @@ func (t *Table) latchOwnerDead(a *Agent, owner uint32) bool {
 	if owner == a.Idx {
 		return a.InFlight != nil && a.InFlight.Load() <= 1
 	}
-	dead, _ := t.agentDead(owner)
+	dead, _ := t.agentProcessDead(owner)
 	return dead
 }

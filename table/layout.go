@@ -15,7 +15,7 @@ import (
 // sync/atomic works on them also under GOARCH=386 (the mapping is page aligned).
 const (
 	Magic         = "SHMLOCK1"
-	FormatVersion = 6 // 6: a waiting request's park mark (slot offset 56); 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
+	FormatVersion = 7 // 7: an agent's co-owner process group (agent offset 72); 6: a waiting request's park mark (slot offset 56); 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
 
 	HeaderSize = 256 // bytes; region 0
 	BucketSize = 16  // bytes per bucket
@@ -117,7 +117,8 @@ const (
 	agSince     = 48 // int64: unix nanoseconds of registration
 	agSlotMask  = 56 // uint64: bit r set once the agent owned a slot in range r (of 64 equal ranges of all slots); reapers scan only those
 	agEntryMask = 64 // uint64: bit r set once the agent took an entry of range r (e>>entryShift: at most 64 ranges) by the fast path
-	// 72..128 reserved (0)
+	agCoOwner   = 72 // uint64: pgid<<32 | low 32 bits of its leader's start time: a process group that keeps the agent alive (coowner.go); 0 none
+	// 80..128 reserved (0)
 )
 
 // Slot states (low 8 bits of the slot word).

@@ -47,6 +47,7 @@ func TestLayoutOffsets(t *testing.T) {
 		{"agNonce", agNonce, 8, AgentSize}, {"agBell", agBell, 4, AgentSize}, {"agParked", agParked, 4, AgentSize},
 		{"agStealSeq", agStealSeq, 4, AgentSize}, {"agSince", agSince, 8, AgentSize},
 		{"agSlotMask", agSlotMask, 8, AgentSize}, {"agEntryMask", agEntryMask, 8, AgentSize},
+		{"agCoOwner", agCoOwner, 8, AgentSize},
 	}
 	for _, f := range fields {
 		require.Zero(t, f.off%f.size, "%s at %d is not aligned to %d", f.name, f.off, f.size)
@@ -249,7 +250,7 @@ func TestEntryRanges(t *testing.T) {
 // with a new FormatVersion (and new values here). make test also runs this
 // under GOARCH=386: the values do not depend on the machine's word size.
 func TestHashIsPartOfTheFormat(t *testing.T) {
-	require.Equal(t, uint32(6), uint32(FormatVersion), "these values are those of formats 3 to 6 (4 changed the fast path, 5 the entry header and 6 the slot's park mark, not the hash)")
+	require.Equal(t, uint32(7), uint32(FormatVersion), "these values are those of formats 3 to 7 (4 changed the fast path, 5 the entry header, 6 the slot's park mark and 7 the agent's co-owner, not the hash)")
 	for _, c := range []struct {
 		name string
 		want uint64

@@ -78,7 +78,7 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 	alive := map[uint32]bool{}
 	for _, a := range agents {
 		perAgent[a.Index] = &counts{}
-		alive[a.Index] = a.State == AgentAlive && Alive(Identity{PID: a.PID, Start: a.Start, Boot: a.Boot})
+		alive[a.Index] = a.Live()
 	}
 	for _, li := range held {
 		if c := perAgent[li.Agent]; c != nil {

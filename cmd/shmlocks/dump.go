@@ -50,8 +50,8 @@ latched, validates the coalesce package's outcome files beside the table
 (PATH.coalesce/), prints what it finds and closes again.
 
 Exit status: 0 ok; 1 missing or unreadable table, or --check found
-violations or a wait-for cycle; 2 usage error; 3 corrupt table (the message
-names the field).
+violations or a wait-for cycle; 64 usage error; 65 corrupt table (the
+message names the field).
 
 %s`
 

@@ -1,18 +1,21 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/shmlocks/shmlocks/manager"
 )
 
 const execAbout = `Acquire the lock NAME on the table, run COMMAND with its standard input,
-output and error passed through while holding it, release it when the
-command exits, and exit with the command's status (128+N if a signal N
-killed it). Like flock(1), for the shmlocks table, with flock's options:
+output and error passed through while holding it, and exit with the
+command's status (128+N if a signal N killed it). Like flock(1), for the
+shmlocks table, with flock's options:
 
   shmlocks exec [options] NAME [--] COMMAND [ARGS...]
   shmlocks exec [options] NAME -c STRING
@@ -21,27 +24,39 @@ Options:
 %s
 Options go before NAME; short ones cluster (-sn) and take arguments
 attached or apart (-w5, -w 5). The -- before COMMAND is optional (needed
-only for a command starting with '-').
+only for a command starting with '-'). -n wins over -w, as in flock.
 
-Not available (-n) or timed out (-w): exit status 1, or -E's code.
-SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting withdraw the request
-cleanly and exit 1. While the command runs those signals are forwarded to
-it (a Ctrl-C typed at a terminal reaches the command from the terminal too,
-so it may see SIGINT twice).
+Not available (-n) or timed out (-w): exit status 1, or -E's code, and
+nothing printed (a line with --verbose). A signal that would end this
+process while it waits (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, ...)
+withdraws the request cleanly and exits 128+N.
 
-COMMAND never inherits the lock (flock -o is always in effect): the lock
-belongs to this process's agent in the table, not to a file descriptor, and
-is released when COMMAND exits, even if COMMAND left background processes
-behind. -u/--unlock and -F/--no-fork are refused for the same reason.
+The lock lives exactly as long as the command: COMMAND runs in a process
+group of its own, and that group co-owns the lock. Whatever ends this
+process (SIGKILL, the OOM killer included), nobody else is granted NAME
+while COMMAND or any process of its group runs; once they are all gone,
+the name is free within milliseconds. When COMMAND exits and processes it
+started in its group still run, shmlocks exec exits with COMMAND's status
+and the lock stays theirs (flock's lock stays with the children that
+inherited its descriptor); -o releases it when COMMAND exits instead. A
+process that leaves the group (setsid, setpgid: daemons do) does not keep
+the lock.
 
-If the lock is stolen while the command runs (another process used
---steal / RequestOptions.Steal), a warning is printed on standard error and
-the command is sent SIGTERM; the exit status is then the command's
-(normally 143).
+Every catchable signal sent to this process is passed to the command's
+group (SIGCHLD and SIGURG excepted); on a terminal the command's group is
+the foreground job, so Ctrl-C and Ctrl-Z reach it directly. The command's
+environment has SHMLOCKS_NAME (the lock name) and SHMLOCKS_TOKEN (its
+fencing token, decimal).
 
-Exit status 127: the command was not found; 126: it could not be run; 2:
-usage error; 1: the table could not be opened. (flock uses sysexits codes
-for these: 64, 69, 66/73; see docs/cli.md.)
+If the lock is stolen while the command runs (--steal elsewhere), a warning
+is printed on standard error and the command's group is sent SIGTERM, then
+SIGKILL after --kill-after; the exit status is then the command's
+(normally 143 or 137).
+
+Exit status: the command's; 1 (or -E's code) not available or timed out;
+126 the command could not be run, 127 not found; 64 usage error; 65 the
+file is not a valid lock table; 66 the table cannot be opened or created;
+71 system error; 75 table full; 128+N a signal N while waiting.
 
 %s`
 
@@ -49,8 +64,22 @@ const execExamples = `  shmlocks exec -n backup rsync -a /data /backup
   shmlocks exec -s config cat /etc/app.conf
   shmlocks exec -w 2.5 -E 75 cron-job ./job.sh
   shmlocks exec -x db -c 'pg_dump app > app.sql'
-  shmlocks exec --timeout 30s --table /run/user/1000/app.locks db -- ./migrate
-  shmlocks exec --steal stuck-job -- ./recover.sh`
+  shmlocks exec -n job sh -c 'echo "token $SHMLOCKS_TOKEN"'
+  shmlocks exec --timeout 30s --table /srv/locks/app.tbl --mode 0660 db -- ./migrate
+  shmlocks exec --steal --kill-after 5s stuck-job -- ./recover.sh`
+
+// execChildArg is argv[1] of the process that becomes the command
+// (exec_unix.go): it waits until the command's group co-owns the lock.
+const execChildArg = "__shmlocks-exec-child"
+
+// Environment given to the command.
+const (
+	envLockName  = "SHMLOCKS_NAME"
+	envLockToken = "SHMLOCKS_TOKEN"
+)
+
+// defaultKillAfter is --kill-after's default.
+const defaultKillAfter = 10 * time.Second
 
 // execOptions is a parsed exec command line.
 type execOptions struct {
@@ -60,16 +89,19 @@ type execOptions struct {
 	timeout      time.Duration
 	conflictCode int
 	verbose      bool
+	closeEarly   bool          // -o: release when the command exits, whatever its group does
+	killAfter    time.Duration // after a steal, SIGKILL this long after SIGTERM (0: never)
+	mode         os.FileMode   // --mode: permission bits of a table this creates
 	argv         []string
 	st           execState // the options as given (execflags.go)
 }
 
 func runExec(args []string, stdout, stderr io.Writer) int {
-	f := newFlags("exec", "shmlocks exec [--table PATH] [-s|-x] [-n | -w SECONDS] [-E N] [--steal] [--verbose] NAME [--] COMMAND [ARGS...] | NAME -c STRING",
+	f := newFlags("exec", "shmlocks exec [options] NAME [--] COMMAND [ARGS...] | NAME -c STRING",
 		fmt.Sprintf(execAbout, execOptionsHelp(), tableHelp()), execExamples, stdout, stderr)
 	var o execOptions
 	if err := parseExecArgs(args, &o); err != nil {
-		if err == errHelp {
+		if errors.Is(err, errHelp) {
 			f.help(stdout)
 			return exitOK
 		}
@@ -100,4 +132,21 @@ func execOptionsHelp() string {
 	}
 	fmt.Fprintf(&b, "  %-34s %s\n", "-h, --help", "this help")
 	return b.String()
+}
+
+// tableErrorCode is the exit status for an error of the table (opening it,
+// or a request on it); dflt for an error of no known kind.
+func tableErrorCode(err error, dflt int) int {
+	switch {
+	case errors.Is(err, manager.ErrCorrupt):
+		return exitCorrupt
+	case errors.Is(err, manager.ErrTableFull):
+		return exitTempFail
+	case errors.Is(err, manager.ErrNotSupported):
+		return exitUsage
+	case errors.Is(err, syscall.ENOMEM), errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE),
+		errors.Is(err, syscall.EAGAIN):
+		return exitOSErr
+	}
+	return dflt
 }

@@ -48,15 +48,17 @@ var execOpts = []execOpt{
 	{"w", []string{"wait", "timeout"}, "SECONDS", "give up after waiting this long (flock -w): seconds, fractions allowed, or a Go duration (1m30s); 0 is -n; exit 1 or -E's code", setTimeout},
 	{"E", []string{"conflict-exit-code"}, "N", "exit status when not available or timed out, 0-255 (default 1)", setConflict},
 	{"c", []string{"command"}, "STRING", "run STRING with $SHELL -c (else /bin/sh -c), as flock -c; also allowed after NAME", func(o *execOptions, v string) error { o.st.command, o.st.commandSet = v, true; return nil }},
-	{"o", []string{"close"}, "", "accepted for flock compatibility; always in effect: COMMAND never inherits the lock (see below)", func(*execOptions, string) error { return nil }},
+	{"o", []string{"close"}, "", "release the lock when COMMAND exits, even if processes it started in its group still run (flock -o)", func(o *execOptions, _ string) error { o.closeEarly = true; return nil }},
 	{"", []string{"steal"}, "", "take the lock from its holders (exclusive only)", func(o *execOptions, _ string) error { o.st.steal = true; return nil }},
-	{"", []string{"verbose"}, "", "report how long getting the lock took, or why it failed, and the command run (flock --verbose)", func(o *execOptions, _ string) error { o.st.verbose = true; return nil }},
-	{"", []string{"table"}, "PATH", "table file (default: see 'Table location')", func(o *execOptions, v string) error { o.path = v; return nil }},
+	{"", []string{"kill-after"}, "DURATION", "after the lock was stolen and the command sent SIGTERM, send SIGKILL this long later (seconds or a Go duration; 0: never; default 10s)", setKillAfter},
+	{"", []string{"verbose"}, "", "report how long getting the lock took, or why it was not available, and the command run (flock --verbose)", func(o *execOptions, _ string) error { o.st.verbose = true; return nil }},
+	{"t", []string{"table"}, "PATH", "table file (default: see 'Table location')", setTable},
+	{"", []string{"mode"}, "OCTAL", "permission bits of the table file if this creates it (default 0600; e.g. 0660 to share it with a group: docs/cli.md)", setMode},
 	{"u", []string{"unlock"}, "", "not supported (flock -u drops a lock held by a file descriptor; a shmlocks lock has none)", func(*execOptions, string) error {
 		return fmt.Errorf("-u/--unlock is not supported: a shmlocks lock is not held by a file descriptor the shell could pass; the lock is released when COMMAND exits")
 	}},
-	{"F", []string{"no-fork"}, "", "not supported (flock -F execs COMMAND in place; this process's agent must stay to release the lock)", func(*execOptions, string) error {
-		return fmt.Errorf("-F/--no-fork is not supported: the lock belongs to this process's agent, which stays to release it when COMMAND exits")
+	{"F", []string{"no-fork"}, "", "not supported (flock -F execs COMMAND in place; here COMMAND runs in a process group of its own that co-owns the lock)", func(*execOptions, string) error {
+		return fmt.Errorf("-F/--no-fork is not supported: COMMAND runs in a process group of its own, which this process makes a co-owner of the lock before COMMAND starts")
 	}},
 }
 
@@ -66,6 +68,32 @@ func setTimeout(o *execOptions, v string) error {
 		return err
 	}
 	o.timeout, o.st.timeoutSet = d, true
+	return nil
+}
+
+func setKillAfter(o *execOptions, v string) error {
+	d, err := parseSeconds(v)
+	if err != nil {
+		return fmt.Errorf("--kill-after: %v", err)
+	}
+	o.killAfter = d
+	return nil
+}
+
+func setTable(o *execOptions, v string) error {
+	if v == "" {
+		return fmt.Errorf("option --table needs a non-empty PATH (leave it out for the default table)")
+	}
+	o.path = v
+	return nil
+}
+
+func setMode(o *execOptions, v string) error {
+	n, err := strconv.ParseUint(v, 8, 32)
+	if err != nil || n > 0o777 || n&0o600 != 0o600 {
+		return fmt.Errorf("--mode %s: want octal permission bits, at least 0600 (the owner reads and writes), at most 0777", v)
+	}
+	o.mode = os.FileMode(n)
 	return nil
 }
 
@@ -117,13 +145,11 @@ func findShort(c byte) *execOpt {
 	return nil
 }
 
-// errHelp is returned by parseExecArgs for -h/--help.
-var errHelp = fmt.Errorf("help requested")
-
 // parseExecArgs parses exec's command line into o (conflictCode 1 unless
 // set). Errors are usage errors, or errHelp.
 func parseExecArgs(args []string, o *execOptions) error {
 	o.conflictCode = exitFailure
+	o.killAfter = defaultKillAfter
 	i := 0
 	for ; i < len(args); i++ {
 		a := args[i]
@@ -240,9 +266,7 @@ func parseExecArgs(args []string, o *execOptions) error {
 	}
 	st := &o.st
 	nonblock := st.nonblock || st.ifAvailable || (st.timeoutSet && o.timeout == 0)
-	switch {
-	case (st.nonblock || st.ifAvailable) && st.timeoutSet:
-		return fmt.Errorf("-n/--if-available and -w/--timeout exclude each other")
+	switch { // -n wins over -w, as in flock
 	case st.steal && (st.mode == manager.Shared || nonblock):
 		return fmt.Errorf("--steal works only in exclusive mode without -n/--if-available")
 	}

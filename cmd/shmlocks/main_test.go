@@ -9,11 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // binary is the shmlocks command built once for the tests (with the race
@@ -107,7 +110,7 @@ func TestHelp(t *testing.T) {
 		require.Contains(t, r.stdout, "examples:")
 		if c != "demo" {
 			require.Contains(t, r.stdout, "SHMLOCKS_TABLE", "%s --help documents the table location", c)
-			require.Contains(t, r.stdout, "XDG_RUNTIME_DIR")
+			require.Contains(t, r.stdout, manager.DefaultPath())
 		}
 	}
 	r := shm(t, nil, "--help")
@@ -129,13 +132,11 @@ func TestUsageErrors(t *testing.T) {
 		{"exec", "name"},
 		{"exec", "name", "--"},
 		{"exec", "name", "--shared", "--", "true"},
-		{"exec", "--if-available", "--timeout", "1s", "name", "--", "true"},
 		{"exec", "--steal", "--shared", "name", "--", "true"},
 		{"exec", "--conflict-exit-code", "300", "name", "--", "true"},
 		{"exec", "-dash", "--", "true"},
 		{"exec", "-w", "soon", "name", "true"},
 		{"exec", "-w", "-1", "name", "true"},
-		{"exec", "-n", "-w", "1", "name", "true"},
 		{"exec", "-E", "256", "name", "true"},
 		{"exec", "-u", "name"},
 		{"exec", "-F", "name", "true"},
@@ -159,15 +160,31 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// The default table depends on the user only: the same path with or
+// without XDG_RUNTIME_DIR, TMPDIR, HOME or SUDO_USER; $SHMLOCKS_TABLE is an
+// explicit choice, like --table.
 func TestDefaultTablePath(t *testing.T) {
-	t.Setenv(envTable, "/x/explicit.tbl")
-	t.Setenv(envXDG, "/run/user/42")
-	require.Equal(t, "/x/explicit.tbl", defaultTablePath())
 	t.Setenv(envTable, "")
-	require.Equal(t, filepath.Join("/run/user/42", "shmlocks.tbl"), defaultTablePath())
-	t.Setenv(envXDG, "")
-	require.Equal(t, os.TempDir(), filepath.Dir(defaultTablePath()))
-	require.Contains(t, filepath.Base(defaultTablePath()), "shmlocks")
+	want := manager.DefaultPath()
+	require.Contains(t, want, strconv.Itoa(os.Getuid()))
+	for _, env := range [][2]string{
+		{"XDG_RUNTIME_DIR", "/run/user/42"}, {"XDG_RUNTIME_DIR", ""}, {"TMPDIR", "/var/tmp/x"},
+		{"HOME", "/nonexistent"}, {"SUDO_USER", "someone"}, {"LOGNAME", "other"},
+	} {
+		t.Setenv(env[0], env[1])
+		require.Equal(t, want, defaultTablePath(), "with %s=%q", env[0], env[1])
+	}
+	t.Setenv(envTable, "/x/explicit.tbl")
+	require.Equal(t, "/x/explicit.tbl", defaultTablePath())
+
+	// The binary prints it, whatever the environment.
+	r := shm(t, nil, "path")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, want+"\n", r.stdout)
+	r = shm(t, []string{"XDG_RUNTIME_DIR=/run/user/42", "TMPDIR=/var/tmp"}, "path")
+	require.Equal(t, want+"\n", r.stdout)
+	r = shm(t, []string{envTable + "=/x/explicit.tbl"}, "path")
+	require.Equal(t, "/x/explicit.tbl\n", r.stdout)
 }
 
 // TestDumpDefaultLocation: without --table, dump looks where the help says.

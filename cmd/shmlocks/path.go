@@ -5,15 +5,16 @@ import (
 	"io"
 )
 
-// runPath prints the default table location.
+// runPath prints the table a command uses without --table.
 func runPath(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		if args[0] == "-h" || args[0] == "--help" {
-			fmt.Fprintf(stdout, "usage: shmlocks path\n\nPrint the default table location.\n\n%s\n", tableHelp())
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "shmlocks path: unexpected argument %q\n", args[0])
-		return exitUsage
+	f := newFlags("path", "shmlocks path",
+		"Print the table that commands use without --table: $"+envTable+" if set, else the\nuser's default table (manager.DefaultPath).\n\n"+tableHelp(),
+		"  shmlocks path\n  ls -l \"$(shmlocks path)\"", stdout, stderr)
+	if code, ok := f.parse(args); !ok {
+		return code
+	}
+	if f.NArg() > 0 {
+		return f.usageError("unexpected argument %q", f.Arg(0))
 	}
 	fmt.Fprintln(stdout, defaultTablePath())
 	return exitOK

@@ -57,7 +57,7 @@ func Gather(t *table.Table, now time.Time) (State, error) {
 		alive := map[uint32]bool{}
 		for _, a := range t.Agents() {
 			st.Agents++
-			ok := a.State == table.AgentAlive && table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot})
+			ok := a.Live()
 			alive[a.Index] = ok
 			if !ok && a.State == table.AgentAlive {
 				st.Dead++

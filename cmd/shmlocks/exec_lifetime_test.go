@@ -1,0 +1,325 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/manager"
+)
+
+// The lock of shmlocks exec lives exactly as long as the command and the
+// processes of its group, whatever kills the wrapper. Each test runs the
+// built binary; the commands print their pids, and every process a test
+// starts is killed at its end.
+
+// quietPeriod is how long a request must stay ungranted to count as
+// refused while the command runs; within is the bound for a grant once
+// the command's group is gone (a bound for a hang, not a speed claim).
+const (
+	quietPeriod = 300 * time.Millisecond
+	within      = 10 * time.Second
+)
+
+// execProc is a running `shmlocks exec`, its stdout read line by line (the
+// command's too, even after the wrapper died: the pipe is the command's) and
+// its stderr in a file (a pipe would keep Wait waiting for the command).
+type execProc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	lines  chan string
+	done   chan struct{}
+	err    error // of Wait, once done is closed
+	errOut *os.File
+}
+
+func startExecProc(t *testing.T, args ...string) *execProc {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	require.NoError(t, err)
+	ef, err := os.CreateTemp(t.TempDir(), "stderr")
+	require.NoError(t, err)
+	p := &execProc{t: t, lines: make(chan string, 100), done: make(chan struct{}), errOut: ef}
+	p.cmd = exec.Command(binary, append([]string{"exec"}, args...)...)
+	p.cmd.Env = cleanEnv()
+	p.cmd.Stdout, p.cmd.Stderr = pw, ef
+	require.NoError(t, p.cmd.Start())
+	pw.Close()
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		pr.Close()
+		close(p.lines)
+	}()
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// line returns the next line of output, within d.
+func (p *execProc) line(d time.Duration) string {
+	p.t.Helper()
+	select {
+	case l, ok := <-p.lines:
+		if !ok {
+			p.t.Fatalf("exec %v: output ended (stderr %q)", p.cmd.Args, p.stderr())
+		}
+		return l
+	case <-time.After(d):
+		p.t.Fatalf("exec %v: no line within %v (stderr %q)", p.cmd.Args, d, p.stderr())
+		return ""
+	}
+}
+
+// quiet asserts that no line comes for quietPeriod.
+func (p *execProc) quiet() {
+	p.t.Helper()
+	select {
+	case l, ok := <-p.lines:
+		if ok {
+			p.t.Fatalf("exec %v: %q while it must wait", p.cmd.Args, l)
+		}
+		p.t.Fatalf("exec %v: ended while it must wait (stderr %q)", p.cmd.Args, p.stderr())
+	case <-time.After(quietPeriod):
+	}
+}
+
+// exit waits (bounded) for the wrapper to exit and returns its status.
+func (p *execProc) exit(d time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		p.t.Fatalf("exec %v: did not exit within %v", p.cmd.Args, d)
+	}
+	var ee *exec.ExitError
+	if p.err == nil {
+		return 0
+	}
+	require.True(p.t, errors.As(p.err, &ee), "%v", p.err)
+	if ws := ee.Sys().(syscall.WaitStatus); ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}
+
+func (p *execProc) stderr() string {
+	b, _ := os.ReadFile(p.errOut.Name())
+	return string(b)
+}
+
+// commandPID reads the pid the command printed first, checks that it leads
+// its own process group, and kills that group when the test ends.
+func commandPID(t *testing.T, p *execProc) int {
+	t.Helper()
+	pid, err := strconv.Atoi(p.line(within))
+	require.NoError(t, err)
+	pg, err := syscall.Getpgid(pid)
+	require.NoError(t, err)
+	require.Equal(t, pid, pg, "the command leads a process group of its own")
+	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
+	return pid
+}
+
+// killWait SIGKILLs pid and waits (bounded) until it is no longer running
+// (an orphan is reaped by init: a zombie counts as gone).
+func killWait(t *testing.T, pid int) {
+	t.Helper()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	waitFor(t, func() bool {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return true
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		return i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+	}, "process "+strconv.Itoa(pid)+" to die")
+}
+
+// busy asserts that `exec -n NAME` is refused, silently, without running.
+func busy(t *testing.T, tbl, name string) {
+	t.Helper()
+	r := shm(t, nil, "exec", "-t", tbl, "-n", name, "echo", "ran")
+	require.Equal(t, exitFailure, r.code, "exec -n %s: %s", name, r.stderr)
+	require.Empty(t, r.stdout, "the second command must not run")
+	require.Empty(t, r.stderr, "-n is silent on a busy name")
+}
+
+// waiter queues `exec NAME echo granted` and checks that it waits.
+func waiter(t *testing.T, m *manager.Manager, tbl, name string) *execProc {
+	t.Helper()
+	w := startExecProc(t, "-t", tbl, name, "echo", "granted")
+	waitFor(t, func() bool {
+		q, err := m.Query(ctxFor(t, within))
+		if err != nil {
+			return false
+		}
+		for _, li := range q.Pending {
+			if li.PID == w.cmd.Process.Pid {
+				return true
+			}
+		}
+		return false
+	}, "the waiter to queue")
+	w.quiet()
+	return w
+}
+
+// granted asserts that the waiter gets the lock within the bound, once the
+// last process of the holder's group is gone, and logs how long it took.
+func granted(t *testing.T, w *execProc, since time.Time) {
+	t.Helper()
+	require.Equal(t, "granted", w.line(within))
+	t.Logf("granted %v after the last process of the group died", time.Since(since).Round(time.Millisecond))
+	require.Equal(t, 0, w.exit(within), w.stderr())
+}
+
+// P: exec A holds "job", its command C prints its pid and sleeps.
+// P: SIGKILL A (C runs on, reparented).
+// P: exec -n job is refused; waiter W queues and stays queued.
+// P: SIGKILL C.  W: granted.
+func TestExecWrapperKilledCommandKeepsLock(t *testing.T) {
+	tbl := filepath.Join(t.TempDir(), "exec.tbl")
+	m := openManager(t, tbl)
+	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "echo $$; exec sleep 60")
+	c := commandPID(t, a)
+	require.NoError(t, a.cmd.Process.Kill())
+	require.Equal(t, 128+int(syscall.SIGKILL), a.exit(within))
+
+	busy(t, tbl, "job")
+	q, err := m.Query(ctxFor(t, within))
+	require.NoError(t, err)
+	require.Len(t, q.Held, 1)
+	require.Equal(t, a.cmd.Process.Pid, q.Held[0].PID, "still held by the dead wrapper's agent")
+	w := waiter(t, m, tbl, "job")
+	busy(t, tbl, "job")
+
+	killWait(t, c)
+	granted(t, w, time.Now())
+}
+
+// The command dies with the wrapper alive: the wrapper exits with 128+9 and
+// the name is free at once.
+func TestExecCommandKilled(t *testing.T) {
+	tbl := filepath.Join(t.TempDir(), "exec.tbl")
+	m := openManager(t, tbl)
+	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "echo $$; exec sleep 60")
+	c := commandPID(t, a)
+	w := waiter(t, m, tbl, "job")
+	killWait(t, c)
+	require.Equal(t, 128+int(syscall.SIGKILL), a.exit(within), a.stderr())
+	granted(t, w, time.Now())
+	r := shm(t, nil, "exec", "-t", tbl, "-n", "job", "echo", "free")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "free\n", r.stdout)
+}
+
+// Both die, the wrapper first: the name is free once they are gone.
+func TestExecWrapperAndCommandKilled(t *testing.T) {
+	tbl := filepath.Join(t.TempDir(), "exec.tbl")
+	m := openManager(t, tbl)
+	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "echo $$; exec sleep 60")
+	c := commandPID(t, a)
+	w := waiter(t, m, tbl, "job")
+	require.NoError(t, a.cmd.Process.Kill())
+	killWait(t, c)
+	since := time.Now()
+	require.Equal(t, 128+int(syscall.SIGKILL), a.exit(within))
+	granted(t, w, since)
+}
+
+// The command exits and leaves a child in its group: the wrapper exits
+// with the command's status, the child keeps the lock until it dies; the
+// wrapper then killed changes nothing. With -o the lock goes with the
+// command.
+func TestExecGroupMemberKeepsLock(t *testing.T) {
+	tbl := filepath.Join(t.TempDir(), "exec.tbl")
+	m := openManager(t, tbl)
+	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "sleep 60 & echo $!; exit 3")
+	member, err := strconv.Atoi(a.line(within))
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Kill(member, syscall.SIGKILL) })
+	require.Equal(t, 3, a.exit(within), "the wrapper exits with the command's status")
+	busy(t, tbl, "job")
+	w := waiter(t, m, tbl, "job")
+	killWait(t, member)
+	granted(t, w, time.Now())
+
+	// -o: released when the command exits.
+	o := startExecProc(t, "-t", tbl, "-o", "job", "sh", "-c", "sleep 60 & echo $!")
+	member, err = strconv.Atoi(o.line(within))
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Kill(member, syscall.SIGKILL) })
+	require.Equal(t, 0, o.exit(within))
+	r := shm(t, nil, "exec", "-t", tbl, "-n", "job", "echo", "free")
+	require.Equal(t, 0, r.code, r.stderr)
+}
+
+// What is not guaranteed: a process that leaves the group (setsid) does
+// not keep the lock.
+func TestExecProcessLeavingGroupDoesNotKeepLock(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid(1)")
+	}
+	tbl := filepath.Join(t.TempDir(), "exec.tbl")
+	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "setsid sleep 60 & echo $!")
+	gone, err := strconv.Atoi(a.line(within))
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Kill(gone, syscall.SIGKILL) })
+	require.Equal(t, 0, a.exit(within))
+	r := shm(t, nil, "exec", "-t", tbl, "-n", "job", "echo", "free")
+	require.Equal(t, 0, r.code, r.stderr)
+}
+
+// The command's process waits for the go-ahead: if the wrapper dies before
+// the command's group co-owns the lock (the pipe ends without a byte), the
+// command never runs.
+func TestExecChildWithoutGoAheadRunsNothing(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	touch, err := exec.LookPath("touch")
+	require.NoError(t, err)
+	pr, pw, err := os.Pipe()
+	require.NoError(t, err)
+	cmd := exec.Command(binary, execChildArg, touch, "touch", marker)
+	cmd.ExtraFiles = []*os.File{pr}
+	require.NoError(t, cmd.Start())
+	pr.Close()
+	pw.Close() // the wrapper "died": EOF
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	require.Equal(t, exitFailure, ee.ExitCode())
+	require.NoFileExists(t, marker, "the command must not run without the lock")
+
+	// With the byte it runs.
+	pr, pw, err = os.Pipe()
+	require.NoError(t, err)
+	cmd = exec.Command(binary, execChildArg, touch, "touch", marker)
+	cmd.ExtraFiles = []*os.File{pr}
+	require.NoError(t, cmd.Start())
+	pr.Close()
+	_, err = pw.Write([]byte{1})
+	require.NoError(t, err)
+	pw.Close()
+	require.NoError(t, cmd.Wait())
+	require.FileExists(t, marker)
+}

@@ -1,0 +1,92 @@
+//go:build linux
+
+package manager
+
+import (
+	"bufio"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// procGroup starts `sh -c 'sleep 60 & echo $!; read x'` in a group of its
+// own: the leader sh and a member sleep. endLeader makes the leader exit
+// (and waits for it); the member is killed by the cleanup.
+func procGroup(t *testing.T) (leader, member int, endLeader func()) {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "sleep 60 & echo $!; read x")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	member, err = strconv.Atoi(strings.TrimSpace(line))
+	require.NoError(t, err)
+	leader = cmd.Process.Pid
+	ended := false
+	endLeader = func() {
+		if !ended {
+			ended = true
+			in.Close()
+			cmd.Wait()
+		}
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-leader, syscall.SIGKILL)
+		endLeader()
+	})
+	return leader, member, endLeader
+}
+
+// An agent whose process was SIGKILLed keeps its lock while its co-owner
+// group runs, leader or not; the waiter's Manager grants it as soon as the
+// last process of the group is gone.
+//
+//	C: acquire x; coowner G.   P: SIGKILL C.
+//	W: acquire x (queues; quiet).   P: G's leader exits; W still quiet.
+//	P: SIGKILL G's last member.   W: acquired x.
+func TestCoOwnerKeepsLockAfterDeath(t *testing.T) {
+	path := tablePath(t)
+	p := openM(t, path, smallTable)
+	leader, member, endLeader := procGroup(t)
+	c := spawn(t, path, smallTable)
+	c.send("acquire x")
+	c.expect("acquired x")
+	c.send("coowner %d", leader)
+	c.expect("coowned")
+	c.kill()
+
+	w := spawn(t, path, smallTable)
+	w.send("acquire x")
+	w.quiet("acquired")
+	snap, err := p.Query(ctxT(t, eventually))
+	require.NoError(t, err)
+	require.Len(t, snap.Held, 1)
+	require.Equal(t, c.pid, snap.Held[0].PID, "held by the dead agent, kept by its group")
+
+	endLeader()
+	w.quiet("acquired")
+	require.NoError(t, syscall.Kill(member, syscall.SIGKILL))
+	w.expect("acquired x")
+	require.NoError(t, p.Check())
+}
+
+// SetCoOwner refuses what is not a running group leader.
+func TestSetCoOwnerValidates(t *testing.T) {
+	m := openM(t, tablePath(t), smallTable)
+	leader, member, _ := procGroup(t)
+	require.NoError(t, m.SetCoOwner(leader))
+	require.NoError(t, m.SetCoOwner(0))
+	for _, pgid := range []int{-1, 1, member, 1 << 22} {
+		require.ErrorIs(t, m.SetCoOwner(pgid), ErrNotSupported, "pgid %d", pgid)
+	}
+	m.Close()
+	require.ErrorIs(t, m.SetCoOwner(leader), ErrClosed)
+}
