@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -88,13 +90,13 @@ func TestDumpLive(t *testing.T) {
 	require.Contains(t, out, "(this boot)")
 	require.Contains(t, out, "agents: 2")
 	// Every holder has its hold time, the ones granted at once included,
-	// and its command; client ids are right-aligned to 16 columns.
+	// and its command; client ids are right-aligned (TestRenderDumpGolden).
 	age := `(\d+(\.\d+)?(µs|ms|s)|\d+m\d+s)`
-	require.Regexp(t, `"jobs"\s+held\s+exclusive\s+\d+\s+`+pid+` +`+padClient(holder.ClientID())+`  `+regexp.QuoteMeta(comm)+`\s+`+age+`\n`, out)
-	require.Regexp(t, `\s+waiting\s+shared\s+-\s+`+pid+` +`+padClient(waiter.ClientID())+`  `+regexp.QuoteMeta(comm)+`\s+`+age+`\n`, out)
-	require.Regexp(t, `"config"\s+held\s+shared\s+\d+\s+`+pid+`.*\s`+age+`\n`, out)
+	require.Regexp(t, `"jobs"\s+held\s+exclusive\s+\d+\s+`+pid+`\s+`+regexp.QuoteMeta(comm)+`\s+`+age+`\s+`+holder.ClientID()+`\n`, out)
+	require.Regexp(t, `\s+waiting\s+shared\s+-\s+`+pid+`\s+`+regexp.QuoteMeta(comm)+`\s+`+age+`\s+`+waiter.ClientID()+`\n`, out)
+	require.Regexp(t, `"config"\s+held\s+shared\s+\d+\s+`+pid+`\s+`+regexp.QuoteMeta(comm)+`\s+`+age+`\s+`+holder.ClientID()+`\n`, out)
 	require.Regexp(t, `usage\s+names 2/\d+, requests 3/\d+ \(held 2, waiting 1\), agents 2/\d+`, out)
-	require.Regexp(t, `\d+\s+`+pid+`\s+alive\s+`+padClient(holder.ClientID())+`  `+regexp.QuoteMeta(comm)+`\s+2\s+0\s+`, out)
+	require.Regexp(t, `\d+\s+`+pid+`\s+alive\s+`+regexp.QuoteMeta(comm)+`\s+2\s+0\s+.* ago\s+`+holder.ClientID()+`\n`, out)
 }
 
 // dumpDoc runs dump --json and decodes it.
@@ -307,3 +309,54 @@ func TestDumpWatch(t *testing.T) {
 	}
 	require.NoError(t, cmd.Wait(), "Ctrl-C ends --watch with status 0")
 }
+
+// --watch --json: one document per line and refresh, each with its time;
+// a table that does not exist yet is waited for (said once on stderr).
+func TestDumpWatchJSONWaitsForTable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "later.tbl")
+	ctx := ctxFor(t, 30*time.Second)
+	cmd := exec.CommandContext(ctx, binary, "dump", "--watch", "--json", "--interval", "20ms", "--table", path)
+	cmd.Env = cleanEnv()
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	waitFor(t, func() bool { return strings.Contains(stderr.String(), "no table at "+path+" yet; waiting for it") }, "the waiting note")
+
+	m, err := manager.Open(path, nil)
+	require.NoError(t, err)
+	defer m.Close()
+	_, err = m.Acquire(ctx, "arrived", manager.RequestOptions{})
+	require.NoError(t, err)
+	sc := bufio.NewScanner(out)
+	var times []time.Time
+	for len(times) < 3 && sc.Scan() {
+		var doc struct {
+			Time time.Time        `json:"time"`
+			Held []map[string]any `json:"held"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &doc), "one document per line: %q", sc.Text())
+		if len(doc.Held) == 1 && doc.Held[0]["name"] == "arrived" {
+			times = append(times, doc.Time)
+		}
+	}
+	require.Len(t, times, 3)
+	require.True(t, times[0].Before(times[1]) && times[1].Before(times[2]), "a time per document: %v", times)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	for sc.Scan() {
+	}
+	require.NoError(t, cmd.Wait())
+	require.Equal(t, 1, strings.Count(stderr.String(), "waiting for it"), "said once")
+}
+
+// syncBuffer collects output written by another goroutine (a pty's
+// master, a child's stderr).
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }

@@ -74,10 +74,10 @@ func (l *dumpLock) age(now time.Time) (time.Duration, bool) {
 // gatherDump reads t (mapped read-only, never latched) at now. A file
 // truncated under us gives ErrCorrupt (table.Guard), never a fault.
 func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) {
-	st := &dumpState{Time: now, Path: path, Size: t.Size(), Geometry: t.Geometry(), Buckets: t.Buckets(),
-		Created: t.Created(), BootID: t.BootID(), Nonce: t.Nonce()}
-	st.ThisBoot = st.BootID == table.BootID()
+	st := &dumpState{Time: now, Path: path, Size: t.Size(), Geometry: t.Geometry(), Buckets: t.Buckets(), Nonce: t.Nonce()}
 	err := table.Guard(func() error {
+		st.Created, st.BootID = t.Created(), t.BootID() // read from the mapping
+		st.ThisBoot = st.BootID == table.BootID()
 		st.Usage = t.Usage()
 		held, pending, err := t.Snapshot(nil)
 		if err != nil {

@@ -34,7 +34,7 @@ const nameColumnMax = 40
 
 // commandColumnMax is the widest COMMAND shown (the kernel's comm is at
 // most 15 bytes; a name from the command line may be longer).
-const commandColumnMax = 16
+const commandColumnMax = 15
 
 // clientColumn is the width client ids are right-aligned to: a client id
 // is a 64-bit value in hex, up to 16 digits, so ids line up whatever
@@ -70,13 +70,13 @@ func renderDump(w io.Writer, st *dumpState, width int) error {
 
 	fmt.Fprintf(&buf, "\nagents: %d\n", len(st.Agents))
 	if len(st.Agents) > 0 {
-		rows := [][]string{{"INDEX", "PID", "STATE", padClient("CLIENT"), "COMMAND", "HELD", "WAITING", "REGISTERED"}}
+		rows := [][]string{{"INDEX", "PID", "STATE", "COMMAND", "HELD", "WAITING", "REGISTERED", padClient("CLIENT")}}
 		for _, a := range st.Agents {
 			rows = append(rows, []string{strconv.FormatUint(uint64(a.Index), 10), strconv.Itoa(a.PID), a.State,
-				padClient(a.ClientID), commandCell(a.Command), strconv.Itoa(a.Held), strconv.Itoa(a.Waiting),
-				renderAge(st.Time.Sub(a.Since)) + " ago"})
+				commandCell(a.Command), strconv.Itoa(a.Held), strconv.Itoa(a.Waiting),
+				renderAge(st.Time.Sub(a.Since)) + " ago", padClient(a.ClientID)})
 		}
-		writeColumns(&buf, rows, nil)
+		writeColumns(&buf, rows, &nameFit{col: -1, width: width})
 	}
 
 	type lockLine struct {
@@ -102,7 +102,7 @@ func renderDump(w io.Writer, st *dumpState, width int) error {
 		fmt.Fprintf(&buf, "\nlocks: none\n")
 	} else {
 		fmt.Fprintf(&buf, "\nlocks: %d names\n", len(names))
-		rows := [][]string{{"NAME", "STATE", "MODE", "TOKEN", "PID", padClient("CLIENT"), "COMMAND", "FOR"}}
+		rows := [][]string{{"NAME", "STATE", "MODE", "TOKEN", "PID", "COMMAND", "FOR", padClient("CLIENT")}}
 		for _, n := range names {
 			lines := byName[n]
 			// Held by token first; pending keep their queue order, watches
@@ -135,7 +135,7 @@ func renderDump(w io.Writer, st *dumpState, width int) error {
 				if d, ok := l.age(st.Time); ok {
 					age = renderAge(d)
 				}
-				rows = append(rows, []string{name, ln.kind, modeName(l.Mode), tok, pid, padClient(l.ClientID), commandCell(l.Command), age})
+				rows = append(rows, []string{name, ln.kind, modeName(l.Mode), tok, pid, commandCell(l.Command), age, padClient(l.ClientID)})
 			}
 		}
 		writeColumns(&buf, rows, &nameFit{col: 0, width: width})
@@ -148,9 +148,12 @@ func renderDump(w io.Writer, st *dumpState, width int) error {
 	return err
 }
 
-// nameFit says how writeColumns fits column col: to a terminal of width
-// columns (cut with "…"), or, with width 0, padded to at most
-// nameColumnMax (longer cells overflow their own row).
+// nameFit says how writeColumns fits column col (-1: none) and the lines:
+// to a terminal of width columns, the column cut with "…" to what the
+// others leave of the width (at least 12 columns) and, if that is not
+// enough, every line cut at the width (the client id, last, goes first);
+// or, with width 0, the column padded to at most nameColumnMax (longer
+// cells overflow their own row).
 type nameFit struct {
 	col, width int
 }
@@ -170,7 +173,7 @@ func writeColumns(w *bytes.Buffer, rows [][]string, fit *nameFit) {
 		}
 	}
 	cut := false
-	if fit != nil {
+	if fit != nil && fit.col >= 0 {
 		if fit.width > 0 {
 			rest := 2 // indent
 			for c, wd := range widths {
@@ -200,7 +203,11 @@ func writeColumns(w *bytes.Buffer, rows [][]string, fit *nameFit) {
 				line.WriteString("  ")
 			}
 		}
-		w.WriteString(strings.TrimRight(line.String(), " "))
+		l := strings.TrimRight(line.String(), " ")
+		if fit != nil && fit.width > 0 {
+			l = cutColumns(l, fit.width)
+		}
+		w.WriteString(l)
 		w.WriteByte('\n')
 	}
 }

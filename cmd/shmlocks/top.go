@@ -85,7 +85,8 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 	var lines []string
 	add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
 	g, u := st.Geometry, st.Usage
-	add("shmlocks dump --watch  %s  %s  (every %v; sorted by %s%s)", f.path, st.Time.Format("15:04:05"), f.interval, f.sort, topKeysHelp(f.keys))
+	// The path last: a narrow terminal cuts it first.
+	add("shmlocks dump --watch  %s  sorted by %s (%s)  every %v  %s", st.Time.Format("15:04:05"), f.sort, topKeysHelp(f.keys), f.interval, f.path)
 	rate := "-"
 	if f.reapRate >= 0 {
 		rate = strconv.FormatFloat(f.reapRate, 'f', 1, 64)
@@ -148,15 +149,15 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 // topKeysHelp is the header's reminder of the keys.
 func topKeysHelp(keys bool) string {
 	if !keys {
-		return "; Ctrl-C quits"
+		return "Ctrl-C quits"
 	}
-	return "; w/h/n/s sort, q quits"
+	return "w/h/n/s sort, q quits"
 }
 
 // renderWaiting is the frame shown while there is no table at the path.
 func renderWaiting(w io.Writer, now time.Time, err error, f topFrame) {
 	writeFrame(w, []string{
-		fmt.Sprintf("shmlocks dump --watch  %s  %s  (every %v%s)", f.path, now.Format("15:04:05"), f.interval, topKeysHelp(f.keys)),
+		fmt.Sprintf("shmlocks dump --watch  %s  (%s)  every %v  %s", now.Format("15:04:05"), topKeysHelp(f.keys), f.interval, f.path),
 		"",
 		fmt.Sprintf("no table here yet (%v); waiting for it", err),
 	}, f)
