@@ -40,7 +40,6 @@ func openPTY(t *testing.T, cols, rows int) (master, slave *os.File) {
 	return m, s
 }
 
-
 // liveView is dump --watch running on a pseudo-terminal: stdin, stdout
 // and stderr are the terminal, which is its controlling terminal (so a
 // typed Ctrl-C is a SIGINT from the terminal driver).
