@@ -102,6 +102,9 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 			return fs.usageError("%s must be at least 1", v.name)
 		}
 	}
+	if *progressEvery < 0 {
+		return fs.usageError("--progress must not be negative")
+	}
 	var err error
 	if cfg.Hold, err = stress.ParseHold(*hold); err != nil {
 		return fs.usageError("%v", strings.TrimPrefix(err.Error(), stress.ErrUsage.Error()+": "))
