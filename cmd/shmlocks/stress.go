@@ -44,6 +44,13 @@ Any violation: the messages are printed, the table and check file are kept
 in the environment makes every worker break the lock's exclusion on purpose
 (the checkers must then report violations).
 
+The report counts each request once, by its outcome (granted and
+released, granted then stolen, not available, timed out, errors: they add
+up to "requests"), and says under it what each counter counts. --json
+prints {"violations": N, "runs": [one report per backend]} whatever the
+number of backends (docs/cli.md). Progress goes to standard error: on a
+terminal a line redrawn in place, otherwise a line every --progress.
+
 The run uses a fresh table in a temporary directory (not the default table
 location below), removed afterwards unless --keep or a violation. --table uses the given file instead (it must
 not be in use by anyone else: the final check expects it empty).
