@@ -75,8 +75,12 @@ type topFrame struct {
 	command    func(pid int) string // the command of a holder's process ("" unknown); nil: none
 }
 
-// The columns of a name line after NAME (fixed widths).
-const topColumns = "%-5s %10s %8s %-15s %9s %8s %11s %9s"
+// The columns of a name line after NAME (fixed widths), with and without
+// COMMAND (left out when the terminal is too narrow for it and a name).
+const (
+	topColumns          = "%-5s %10s %8s %-15s %9s %8s %11s %9s"
+	topColumnsNoCommand = "%-5s %10s %8s%.0s %9s %8s %11s %9s"
+)
 
 // renderTop writes one frame of the live view: at most f.rows lines, each
 // cut to f.cols columns and followed by clear-to-end-of-line. The names
@@ -97,7 +101,12 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 	add("")
 	// NAME takes what the fixed columns leave of the width (at least 12
 	// columns), and no more than the longest name needs.
-	fixed := len(fmt.Sprintf(topColumns, "", "", "", "", "", "", "", "")) + 1
+	columns := topColumns
+	fixed := len(fmt.Sprintf(columns, "", "", "", "", "", "", "", "")) + 1
+	if f.cols > 0 && f.cols-fixed < 12 {
+		columns = topColumnsNoCommand
+		fixed = len(fmt.Sprintf(columns, "", "", "", "", "", "", "", "")) + 1
+	}
 	longest := 4
 	for _, n := range st.Names {
 		longest = max(longest, len([]rune(quoteName(n.Name))))
@@ -106,7 +115,7 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 	if f.cols > 0 {
 		nameW = min(longest, max(12, f.cols-fixed))
 	}
-	add("%-*s "+topColumns, nameW, "NAME", "MODE", "TOKEN", "PID", "COMMAND", "HELD FOR", "+HOLDERS", "WAITING", "LONGEST")
+	add("%-*s "+columns, nameW, "NAME", "MODE", "TOKEN", "PID", "COMMAND", "HELD FOR", "+HOLDERS", "WAITING", "LONGEST")
 	room := f.rows - len(lines)
 	for i, n := range st.Names {
 		if room <= 1 && i < len(st.Names)-1 || room <= 0 {
@@ -137,7 +146,7 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 			waiting = fmt.Sprintf("%d (%dx/%ds)", n.Waiting, n.WaitingExclusive, n.WaitingShared)
 			longestWait = topAge(n.LongestWait)
 		}
-		add("%-*s "+topColumns, nameW, cutColumns(quoteName(n.Name), nameW), mode, token, pid, command, held, more, waiting, longestWait)
+		add("%-*s "+columns, nameW, cutColumns(quoteName(n.Name), nameW), mode, token, pid, command, held, more, waiting, longestWait)
 		room--
 	}
 	if len(st.Names) == 0 {
