@@ -75,8 +75,8 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	f := newFlags("dump", "shmlocks dump [--table PATH] [--json] [--watch [--interval DUR] | --check]",
 		fmt.Sprintf(dumpAbout, tableHelp()), dumpExamples, stdout, stderr)
 	tbl := f.String("table", "", "table file (default: see 'Table location')")
-	asJSON := f.Bool("json", false, "print the held and pending requests as JSON")
-	watch := f.Bool("watch", false, "on a terminal: a top-like live view, names by longest wait; otherwise: the dump again every --interval; until interrupted (Ctrl-C)")
+	asJSON := f.Bool("json", false, "print the dump as one JSON document (with --watch: one per line and refresh)")
+	watch := f.Bool("watch", false, "on a terminal: a top-like live view (keys: q quits, w/h/n sort); otherwise: the dump again every --interval; until interrupted (Ctrl-C)")
 	interval := f.Duration("interval", time.Second, "refresh interval of --watch")
 	check := f.Bool("check", false, "open read-write, run the consistency checker, exit 1 on any violation")
 	if code, ok := f.parse(args); !ok {
