@@ -66,10 +66,10 @@ const (
 	slState     = 8   // uint32: slotUnused, slotRunning, slotKilled, slotExited, slotFailed
 	slPosition  = 12  // uint32: which of the --procs positions the worker fills
 	slOps       = 16  // uint64: requests made
-	slGranted   = 24  // uint64
+	slGranted   = 24  // uint64: grants, counted when granted
 	slNotAvail  = 32  // uint64
 	slTimedOut  = 40  // uint64
-	slStolen    = 48  // uint64: grants taken away by a steal
+	slStolen    = 48  // uint64: requests whose grant a steal took away (before or at release)
 	slErrors    = 56  // uint64
 	slSteals    = 64  // uint64: grants obtained by stealing
 	slExclusive = 72  // uint64: exclusive grants
@@ -78,6 +78,8 @@ const (
 	slFIFOOver  = 96  // uint64: apparent overtakes
 	slStarted   = 104 // int64: monotonic ns when the worker was ready to make requests (0: not yet)
 	slAborted   = 112 // uint64: requests cancelled because the run ended
+	slLostRel   = 120 // uint64: grants found stolen at their release (also in slStolen)
+	slRelErrors = 128 // uint64: grants whose release failed (also in slErrors)
 
 	// per-goroutine record (stride recSize, after the slot header)
 	recSize    = 64
