@@ -466,6 +466,9 @@ func (m *Manager) CheckCoalesce() error {
 	if err := m.tableOnly("CheckCoalesce"); err != nil {
 		return err
 	}
+	if m.closed.Load() {
+		return ErrClosed
+	}
 	err := m.store().check()
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

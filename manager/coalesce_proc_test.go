@@ -25,7 +25,11 @@ import (
 //	members NAME N      -> "members NAME N" once N callers wait in our flight on NAME
 //	go TAG              -> releases a blocked fn
 //	pause POINT         -> at coalesce crash point POINT: says "paused POINT", waits for "resume"
-//	reenter NAME MODE   -> "reentered NAME outer=TOK child=TOK nested=TOK reentries=N upgrade=KIND"
+//	reenter NAME MODE   -> "reentered NAME outer=TOK child=TOK nested=TOK reentries=N upgrade=KIND":
+//	                       outer = Acquire(NAME), child = Acquire through WithLock(outer),
+//	                       nested = a shared Request through WithLock(child) and a helper's
+//	                       Acquire with its fn's ctx; upgrade = an exclusive IfAvailable sibling
+//	                       of child
 //	releasechild NAME   -> "childreleased NAME errkind=KIND"
 //	releaseouter NAME   -> "outerreleased NAME errkind=KIND"
 var (
@@ -53,6 +57,8 @@ func errKind(err error) string {
 		return "wouldDeadlock"
 	case errors.Is(err, ErrAborted):
 		return "aborted"
+	case errors.Is(err, ErrNotAvailable):
+		return "notavailable"
 	case errors.Is(err, ErrStolen):
 		return "stolen"
 	case errors.Is(err, ErrReleased):
@@ -205,7 +211,7 @@ func childCoalesce(m *Manager, f []string) {
 			return
 		}
 		var nested uint64
-		err = m.Request(lctx, name, RequestOptions{Mode: Shared}, func(ctx context.Context, l *Lock) error {
+		err = m.Request(WithLock(ctx, child), name, RequestOptions{Mode: Shared}, func(ctx context.Context, l *Lock) error {
 			// A helper that requests its caller's lock again, through
 			// the ctx it was given.
 			l2, err := m.Acquire(ctx, name, RequestOptions{Mode: Shared})
@@ -220,7 +226,7 @@ func childCoalesce(m *Manager, f []string) {
 			return
 		}
 		reentries := outer.Reentries()
-		ul, uerr := m.Acquire(lctx, name, RequestOptions{})
+		ul, uerr := m.Acquire(lctx, name, RequestOptions{IfAvailable: true})
 		if uerr == nil {
 			ul.Release()
 		}
