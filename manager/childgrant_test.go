@@ -548,3 +548,26 @@ func TestFnReleasesItsLock(t *testing.T) {
 	require.ErrorIs(t, err, boom)
 	require.NotErrorIs(t, err, ErrReleased)
 }
+
+// context.Cause of fn's ctx: the parent's cause when the parent ended it,
+// else its own Err (never nil once done).
+func TestFnCtxCause(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	boom := errors.New("boom")
+	parent, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	var kept context.Context
+	require.NoError(t, m.Request(parent, "k", RequestOptions{}, func(c context.Context, l *Lock) error {
+		kept = c
+		require.NoError(t, context.Cause(c))
+		return nil
+	}))
+	require.ErrorIs(t, context.Cause(kept), context.Canceled, "ended with its grant")
+	require.NoError(t, m.Request(parent, "k", RequestOptions{}, func(c context.Context, l *Lock) error {
+		cancel(boom)
+		<-c.Done()
+		require.ErrorIs(t, c.Err(), context.Canceled)
+		require.ErrorIs(t, context.Cause(c), boom, "the parent's cause")
+		return nil
+	}))
+}

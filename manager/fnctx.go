@@ -44,8 +44,9 @@ type fnCtx struct {
 }
 
 const (
-	ctxEnded = 1 << iota // Request returned
-	ctxArmed             // Done was asked for: the end must close the channel
+	ctxEnded      = 1 << iota // Request returned
+	ctxArmed                  // Done was asked for: the end must close the channel
+	ctxParentDone             // cancelled because the parent is done (its cause is the parent's)
 )
 
 // lock returns the grant c carries (c is the first field of its grant).
@@ -54,13 +55,43 @@ func (c *fnCtx) lock() *Lock { return &(*grant)(unsafe.Pointer(c)).Lock }
 func (c *fnCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 
 // Value answers carriedKey (reentrancy, and the deadlock detector's holds:
-// multi.go) with c itself; any other key goes to the parent.
+// multi.go) with c itself; any other key goes to the parent, except the
+// context package's own key once c is done for a reason of its own (its
+// grant ended or was lost): context.Cause(c) is then c.Err(), not the
+// cause of a parent that was not cancelled.
 func (c *fnCtx) Value(key any) any {
 	if _, ok := key.(carriedKey); ok {
 		return c
 	}
+	if key == causeKey && causeKey != nil && c.flags.Load()&ctxParentDone == 0 && c.Err() != nil {
+		return nil
+	}
 	return c.parent.Value(key)
 }
+
+// causeKey is the key with which context.Cause asks a Context for its
+// cancellation cause (unexported in the context package; nil if Cause
+// ever stops asking).
+var causeKey = func() any {
+	var p causeProbe
+	context.Cause(&p)
+	return p.key
+}()
+
+// causeProbe records the key context.Cause asks it for.
+type causeProbe struct {
+	context.Context
+	key any
+}
+
+func (p *causeProbe) Value(key any) any {
+	if p.key == nil {
+		p.key = key
+	}
+	return nil
+}
+
+func (p *causeProbe) Err() error { return nil }
 
 // fn's ctx carries its grant.
 func (c *fnCtx) carried(i int) *Lock {
@@ -72,12 +103,16 @@ func (c *fnCtx) carried(i int) *Lock {
 
 func (c *fnCtx) carrier() context.Context { return c.parent }
 
-// cause says why c is done, nil if it is not (yet).
-func (c *fnCtx) cause() error {
+// cause says why c is done, nil if it is not (yet), with ctxParentDone if
+// the reason is its parent's end.
+func (c *fnCtx) cause() (flag uint32, err error) {
 	if c.flags.Load()&ctxEnded != 0 || c.lock().lostNow() {
-		return context.Canceled
+		return 0, context.Canceled
 	}
-	return c.parent.Err()
+	if err := c.parent.Err(); err != nil {
+		return ctxParentDone, err
+	}
+	return 0, nil
 }
 
 func (c *fnCtx) Err() error {
@@ -87,8 +122,8 @@ func (c *fnCtx) Err() error {
 	if err != nil {
 		return err
 	}
-	if cause := c.cause(); cause != nil {
-		return c.cancel(cause)
+	if flag, cause := c.cause(); cause != nil {
+		return c.cancelBy(cause, flag)
 	}
 	return nil
 }
@@ -104,7 +139,10 @@ func (c *fnCtx) Done() <-chan struct{} {
 	// and closes the channel made below; one before it is seen here.
 	c.flags.Or(ctxArmed)
 	if c.err == nil {
-		c.err = c.cause()
+		var flag uint32
+		if flag, c.err = c.cause(); flag != 0 {
+			c.flags.Or(flag)
+		}
 	}
 	if c.err != nil {
 		c.done = closedChan
@@ -136,18 +174,24 @@ func (c *fnCtx) parentDone() {
 	if err == nil {
 		err = context.Canceled // a parent that broke the rule: Done closed, Err nil
 	}
-	c.cancel(err)
+	c.cancelBy(err, ctxParentDone)
 }
 
 // cancel makes c done with err (unless it is already) and returns c's error.
 // The channel is closed only by the first cancel: a Done made after the
 // error was set returns closedChan.
-func (c *fnCtx) cancel(err error) error {
+func (c *fnCtx) cancel(err error) error { return c.cancelBy(err, 0) }
+
+// cancelBy is cancel, noting flag (ctxParentDone) with the error.
+func (c *fnCtx) cancelBy(err error, flag uint32) error {
 	c.mu.Lock()
 	if c.err != nil {
 		err = c.err
 		c.mu.Unlock()
 		return err
+	}
+	if flag != 0 {
+		c.flags.Or(flag)
 	}
 	c.err = err
 	if c.done != nil {
