@@ -531,15 +531,19 @@ func TestRequestAllCtxCarriesItsGrants(t *testing.T) {
 	require.NoError(t, l.Release())
 }
 
-// The Lock of Request's fn released by fn itself: Request returns fn's
-// error, and the ctx carries nothing from then on.
+// The Lock of Request's fn released by fn itself: the grant has ended, so
+// fn's ctx is done and carries nothing from then on; Request returns fn's
+// error.
 func TestFnReleasesItsLock(t *testing.T) {
 	m := openM(t, tablePath(t), nil)
 	ctx := ctxT(t, eventually)
 	boom := errors.New("boom")
 	err := m.Request(ctx, "r", RequestOptions{}, func(c context.Context, l *Lock) error {
+		done := c.Done()
 		require.NoError(t, l.Release())
-		o, err := m.Acquire(c, "r", RequestOptions{IfAvailable: true})
+		require.True(t, isClosed(done), "fn's ctx is done once its grant ended")
+		require.ErrorIs(t, c.Err(), context.Canceled)
+		o, err := m.Acquire(context.WithoutCancel(c), "r", RequestOptions{IfAvailable: true})
 		require.NoError(t, err)
 		require.Greater(t, o.Token(), l.Token(), "a grant of the table, not a child of a released grant")
 		require.NoError(t, o.Release())

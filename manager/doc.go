@@ -71,7 +71,7 @@
 // Waiting goroutines do not hold OS threads: 5,000 waiters in one process
 // use a handful. Every grant gets a Lock of its own, never reused, so that a
 // stale handle (or ctx) can never release (or carry) a later grant: Request
-// allocates its Lock together with fn's ctx (one 128-byte object, which fn
+// allocates its Lock together with fn's ctx (one 80-byte object, which fn
 // may keep), and Acquire, inlined into its caller, lets the compiler put the
 // Lock on the caller's stack when the handle does not outlive the caller's
 // frame (no heap allocation), else it is one 64-byte heap object. Release

@@ -23,11 +23,12 @@ const (
 	lockStolen              // stolen or reaped while held
 
 	stateMask      = 0x0f
-	flagRegistered = 0x10 // in m.held, so that the bell loop closes lost when it is taken away
-	flagKids       = 0x20 // some request was made a child of this grant (reentrant.go): its end ends them
-	flagChild      = 0x40 // a child grant of a reentrant request (reentrant.go): nothing in the table
-	flagBackend    = 0x80 // a grant of a Backend (in ext.bk), not of the table: never registered
-	stateBits      = 8
+	flagRegistered = 0x10  // in m.held, so that the bell loop closes lost when it is taken away
+	flagKids       = 0x20  // some request was made a child of this grant (reentrant.go): its end ends them
+	flagChild      = 0x40  // a child grant of a reentrant request (reentrant.go): nothing in the table
+	flagBackend    = 0x80  // a grant of a Backend (in ext.bk), not of the table: never registered
+	flagCtx        = 0x100 // the ctx of Request's fn has a Done channel (ext.ctxDone): its end closes it
+	stateBits      = 12
 	heldWord       = 1<<stateBits | lockHeld // the state word of a new grant
 )
 
@@ -69,6 +70,13 @@ type lockExt struct {
 	mode   Mode
 	gone   atomic.Uint64
 	kids   *kinship
+
+	// The state of the ctx of Request's fn (fnctx.go), made when its Done
+	// is asked for or it first reports an error (mu).
+	ctxDone     chan struct{}
+	ctxErr      error // set once: then ctxDone, if made, is closed
+	ctxStop     func() bool
+	ctxByParent bool // ctxErr is the parent's
 }
 
 // extension returns l's lockExt, creating it.
@@ -253,7 +261,7 @@ func (l *Lock) markLost(word, to uint64) bool {
 	fn := e.fn
 	e.mu.Unlock()
 	if fn != nil {
-		fn.cancel(context.Canceled)
+		fn.cancel(context.Canceled, false)
 	}
 	if word&flagKids != 0 {
 		e.endKids(to)
@@ -265,6 +273,7 @@ func (l *Lock) markLost(word, to uint64) bool {
 // stolen or released by Close, returns an error (ErrReleased, ErrStolen or
 // ErrClosed) and never touches another holder's grant. Releasing a grant
 // that has child grants (see WithLock) first ends each of them as a loss.
+// Releasing the Lock of Request's fn ends fn's ctx.
 func (l *Lock) Release() error {
 	if l == nil || l.m == nil {
 		return fmt.Errorf("%w: nil lock", ErrReleased)
@@ -279,7 +288,7 @@ func (l *Lock) Release() error {
 		}
 		word = l.state.Load() // a flag set meanwhile (Lost, a first child)
 	}
-	if word&(flagChild|flagKids) != 0 {
+	if word&(flagChild|flagKids|flagCtx) != 0 {
 		return l.releaseKin(word)
 	}
 	return l.release(word)

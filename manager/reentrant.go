@@ -337,7 +337,7 @@ func (kid *lockExt) orphan(why uint64) {
 	grandkids := kid.kids != nil
 	kid.mu.Unlock()
 	if fn != nil {
-		fn.cancel(context.Canceled)
+		fn.cancel(context.Canceled, false)
 	}
 	if grandkids {
 		if why != lockClosed {
@@ -358,14 +358,21 @@ func (kid *lockExt) fill(l *Lock) {
 	*(*uint64)(unsafe.Pointer(&l.state)) = heldWord | flagChild
 }
 
-// releaseKin is Release of a grant with children, or of a child (its state
-// word, word, already moved to released): the children end first, then the
-// grant is given up (a child leaves its parent's bookkeeping).
+// releaseKin is Release of a grant with children or a fn ctx with a Done
+// channel, or of a child (its state word, word, already moved to
+// released): fn's ctx and the children end first, then the grant is given
+// up (a child leaves its parent's bookkeeping).
 func (l *Lock) releaseKin(word uint64) error {
 	// A plain load: ext was written before l was handed out (a child's by
-	// fill, a parent's before its flagKids, which word shows), and an
+	// fill) or before flagKids or flagCtx was set (word shows them), and an
 	// atomic load through &l.ext would move every Acquire's Lock to the heap.
 	e := (*lockExt)(*(*unsafe.Pointer)(unsafe.Pointer(&l.ext)))
+	if word&flagCtx != 0 {
+		e.mu.Lock()
+		fn := e.fn
+		e.mu.Unlock()
+		fn.cancel(context.Canceled, false)
+	}
 	if word&flagKids != 0 {
 		e.endKids(lockReleased)
 	}

@@ -25,8 +25,9 @@ type RequestOptions struct {
 // l must not be used after fn returns.
 //
 // fn's ctx carries the grant: a request made with it on the name is a child
-// grant (see WithLock). It is cancelled (context.Canceled) when Request
-// returns, and from then on carries nothing.
+// grant (see WithLock). It is done (context.Canceled) once the grant ends:
+// when Request returns (or fn releases l itself), or the lock is lost; it
+// then carries nothing.
 func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	fn func(ctx context.Context, l *Lock) error) error {
 	if m.be != nil {
@@ -68,11 +69,11 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	}
 }
 
-// run runs fn with g (held) and its ctx, ends the ctx and releases g.
+// run runs fn with g (held) and its ctx, and releases g (which ends the
+// ctx).
 func (g *grant) run(ctx context.Context, fn func(ctx context.Context, l *Lock) error) error {
 	g.ctx.parent = ctx
 	ferr := fn(&g.ctx, &g.Lock)
-	g.ctx.end() // before the release: a goroutine watching the ctx learns first
 	rerr := g.Lock.Release()
 	if rerr == nil || errors.Is(rerr, ErrReleased) {
 		return ferr // released, or fn released the lock itself
