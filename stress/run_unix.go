@@ -126,6 +126,16 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 		extra = max(limit, 0)
 	}
 	slots := cfg.Procs + extra
+	// Create the table once, with the defaults, before the check file that
+	// lives beside it: Open also creates the default table's directory.
+	if cfg.Backend == BackendShmlocks {
+		m, err := manager.Open(s.table, nil)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		m.Close()
+	}
 	mp, err := createRegionFile(s.region, RegionSize(cfg.Names, slots, cfg.Goroutines))
 	if err != nil {
 		os.RemoveAll(dir)
@@ -138,15 +148,6 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 	if s.r, err = InitRegion(mp.buf, cfg.Names, slots, cfg.Goroutines); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
-	}
-	if cfg.Backend == BackendShmlocks {
-		m, err := manager.Open(s.table, nil) // create it once, with the defaults
-		if err != nil {
-			os.RemoveAll(dir)
-			os.Remove(s.region)
-			return nil, err
-		}
-		m.Close()
 	}
 
 	rep := s.run()
