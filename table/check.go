@@ -17,7 +17,8 @@ import (
 //     distinct tokens no larger than the entry's token counter;
 //   - each queue is acyclic, doubly linked, of length nWait, ends at qTail, is
 //     made of WAITING slots of that entry in strictly increasing sequence order,
-//     and its head is not grantable (it would have been granted);
+//     and its head is not grantable (it would have been granted; a bounded
+//     table may leave a free name to its head for a moment: fairness.go);
 //   - every WAITING, HELD or WATCHING slot is in exactly one list; every used slot
 //     belongs to an agent record that is in use; state values are valid;
 //   - every free entry is latched; a live entry's fast word is latched, idle
@@ -281,7 +282,9 @@ func (t *Table) checkEntry(c *checker, e uint32, inList []bool, quiescent bool) 
 		if count > 0 && int32(seq-lastSeq) <= 0 {
 			c.fail("entry %d: queue out of order: seq %d after %d", e, seq, lastSeq)
 		}
-		if count == 0 && compatible(t, eo, atomic.LoadUint32(t.u32(so+slMode))) {
+		// A bounded table leaves a free name to its head, which takes it
+		// itself (passOn, TakeTurn): there a compatible head may wait.
+		if count == 0 && t.l.bound == 0 && compatible(t, eo, atomic.LoadUint32(t.u32(so+slMode))) {
 			c.fail("entry %d: queue head slot %d is grantable but waits", e, s)
 		}
 		lastSeq = seq

@@ -121,6 +121,9 @@ func (t *Table) AcquireClaimed(a *Agent, r Ref, name string, h uint64, mode uint
 		crash("steal.granted")
 	case t.grantable(eo, mode):
 		token = t.grant(s, e, mode, 0) // uncontended: no clock read (grant time unrecorded)
+		if t.l.bound != 0 && t.ld32(eo+enQHead) != 0 {
+			crash("barge.granted") // ahead of the queue (fairness.go)
+		}
 	case ifAvailable:
 		out = NotAvailable
 	default:

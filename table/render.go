@@ -48,6 +48,7 @@ func (t *Table) render(buf *bytes.Buffer, now time.Time) error {
 	fmt.Fprintf(tw, "format\t%s version %d, %d bytes\n", Magic, FormatVersion, t.Size())
 	fmt.Fprintf(tw, "geometry\t%d names, %d requests, %d agents, names up to %d bytes (%d buckets)\n",
 		g.MaxResources, g.MaxRequests, g.MaxAgents, g.MaxNameLen, t.l.buckets)
+	fmt.Fprintf(tw, "fairness\t%s\n", t.fairnessText())
 	created := t.Created()
 	fmt.Fprintf(tw, "created\t%s (%s ago)\n", created.UTC().Format(time.RFC3339), RenderAge(now.Sub(created)))
 	bootNote := "this boot"

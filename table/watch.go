@@ -120,7 +120,10 @@ func (t *Table) grantableNow(eo uint64, mode uint32) bool {
 		_, held := fastHolder(st)
 		return !held
 	}
-	return t.ld32(eo+enQHead) == 0 && compatible(t, eo, mode)
+	if t.ld32(eo+enQHead) != 0 {
+		return t.l.bound != 0 && t.mayBarge(eo) // fairness.go
+	}
+	return compatible(t, eo, mode)
 }
 
 // WatchOutcome is the outcome of Watch.

@@ -1,0 +1,164 @@
+package table
+
+import (
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func newBoundedTable(t *testing.T, bound time.Duration) *Table {
+	t.Helper()
+	tb, created, err := OpenFair(filepath.Join(t.TempDir(), "t.tbl"), Geometry{MaxResources: 8, MaxRequests: 16, MaxAgents: 4, MaxNameLen: 16}, 0, bound)
+	require.NoError(t, err)
+	require.True(t, created)
+	t.Cleanup(func() { tb.Close() })
+	return tb
+}
+
+// TestBoundedLeavesTheNameToItsHead: on a bounded table a release that
+// could grant the head of the queue, which has waited less than the bound,
+// leaves the name free and wakes the head once (its park mark cleared); a
+// new request takes the name first (exclusive, shared and IfAvailable
+// alike), and its release does not ring the head again; the head then takes
+// its turn; a head aged past the bound is granted by the release, and then
+// nobody takes the name ahead of it. Tokens increase throughout, and the
+// checker passes at every step.
+func TestBoundedLeavesTheNameToItsHead(t *testing.T) {
+	tb := newBoundedTable(t, time.Hour)
+	holder, head, other := registerPID(t, tb, 201), registerPID(t, tb, 202), registerPID(t, tb, 203)
+	h := Hash("n")
+	var w Wakes
+	var last uint64
+	acquire := func(a *Agent, mode uint32, ifAvailable bool, want Outcome) Ref {
+		t.Helper()
+		ref, out, tok, err := tb.Acquire(a, "n", h, mode, ifAvailable, false, &w)
+		require.NoError(t, err)
+		require.Equal(t, want, out)
+		if out == Granted {
+			require.Greater(t, tok, last)
+			last = tok
+		}
+		require.NoError(t, tb.Check(holder))
+		return ref
+	}
+	noted := func() []uint32 {
+		t.Helper()
+		var got []uint32
+		tb.DeliverLocal(&w, noAgent, nil, func(agent uint32, _ uint64) { got = append(got, agent) })
+		return got
+	}
+	atomic.StoreUint32(head.Parked(), 1) // its goroutine sleeps: rings are sent
+
+	held := acquire(holder, ModeExclusive, false, Granted)
+	waiting := acquire(head, ModeExclusive, false, Queued)
+	tb.MarkParked(waiting, true)
+	require.Empty(t, noted())
+
+	require.NoError(t, tb.Release(holder, held, &w))
+	st, _, ok := tb.Status(head, waiting)
+	require.True(t, ok)
+	require.EqualValues(t, SlotWaiting, st, "left the name, not granted")
+	require.Equal(t, []uint32{head.Idx}, noted(), "the sleeping head is woken once")
+	require.Zero(t, atomic.LoadUint32(tb.u32(tb.slotOff(waiting.Slot)+slPark)), "its mark cleared")
+	require.NoError(t, tb.Check(holder), "a free name left to its head passes the checker")
+	ready, err := tb.Ready(other, "n", h, ModeExclusive)
+	require.NoError(t, err)
+	require.True(t, ready, "WaitUnlocked: a request would be granted at once")
+
+	// Barges: each mode, and IfAvailable; no ring for the head meanwhile.
+	for _, c := range []struct {
+		mode        uint32
+		ifAvailable bool
+	}{{ModeExclusive, false}, {ModeShared, false}, {ModeExclusive, true}} {
+		b := acquire(other, c.mode, c.ifAvailable, Granted)
+		if c.mode == ModeShared {
+			// Held shared: not free, so another request queues (no barge past
+			// a queued exclusive), and IfAvailable is refused.
+			acquire(holder, ModeShared, true, NotAvailable)
+		}
+		require.NoError(t, tb.Release(other, b, &w))
+		require.Empty(t, noted(), "the head was woken already")
+	}
+
+	// The head takes its turn.
+	ok, err = tb.TakeTurn(head, waiting, &w)
+	require.NoError(t, err)
+	require.True(t, ok)
+	st, tok, ok := tb.Status(head, waiting)
+	require.True(t, ok)
+	require.EqualValues(t, SlotHeld, st)
+	require.Greater(t, tok, last)
+	last = tok
+	require.Empty(t, noted(), "the head is awake: its own grant rings nobody")
+	require.NoError(t, tb.Check(holder))
+
+	// Starved: the other queues, its enqueue time is moved back past the
+	// bound; the release hands the name to it and nobody barges.
+	second := acquire(other, ModeExclusive, false, Queued)
+	*tb.u64(tb.slotOff(second.Slot) + slEnqueue) = uint64(nowNano() - int64(2*time.Hour))
+	third := acquire(holder, ModeExclusive, false, Queued)
+	require.NoError(t, tb.Release(head, waiting, &w))
+	st, tok, ok = tb.Status(other, second)
+	require.True(t, ok)
+	require.EqualValues(t, SlotHeld, st, "a head that has waited the bound is granted by the release")
+	require.Greater(t, tok, last)
+	last = tok
+	require.NoError(t, tb.Release(other, second, &w))
+	st, _, _ = tb.Status(holder, third)
+	require.EqualValues(t, SlotWaiting, st, "a fresh head is left the name")
+	// A head whose enqueue time is ahead of our clock counts as starved.
+	*tb.u64(tb.slotOff(third.Slot) + slEnqueue) = uint64(nowNano() + int64(time.Minute))
+	acquire(other, ModeExclusive, true, NotAvailable)
+	ok, err = tb.TakeTurn(holder, third, &w)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, tb.Release(holder, third, &w))
+	noted()
+	require.NoError(t, tb.Check(holder))
+}
+
+// TestBoundedTakeTurnOnlyTheHead: TakeTurn grants only the first request of
+// the queue, and only when it is compatible with the holders; a shared head
+// takes the shared requests behind it along.
+func TestBoundedTakeTurnOnlyTheHead(t *testing.T) {
+	tb := newBoundedTable(t, time.Hour)
+	a, b, c := registerPID(t, tb, 301), registerPID(t, tb, 302), registerPID(t, tb, 303)
+	h := Hash("n")
+	var w Wakes
+	held, out, _, err := tb.Acquire(a, "n", h, ModeExclusive, false, false, &w)
+	require.NoError(t, err)
+	require.Equal(t, Granted, out)
+	s1, out, _, _ := tb.Acquire(b, "n", h, ModeShared, false, false, &w)
+	require.Equal(t, Queued, out)
+	s2, out, _, _ := tb.Acquire(c, "n", h, ModeShared, false, false, &w)
+	require.Equal(t, Queued, out)
+	x, out, _, _ := tb.Acquire(a, "n", h, ModeExclusive, false, false, &w)
+	require.Equal(t, Queued, out)
+	ok, err := tb.TakeTurn(b, s1, &w)
+	require.NoError(t, err)
+	require.False(t, ok, "held exclusively: not compatible")
+	require.False(t, tb.MayTakeTurn(b, s1))
+	require.NoError(t, tb.Release(a, held, &w))
+	require.True(t, tb.MayTakeTurn(b, s1))
+	require.False(t, tb.MayTakeTurn(c, s2), "not the head")
+	ok, err = tb.TakeTurn(c, s2, &w)
+	require.NoError(t, err)
+	require.False(t, ok, "not the head")
+	ok, err = tb.TakeTurn(b, s1, &w)
+	require.NoError(t, err)
+	require.True(t, ok)
+	for _, r := range []struct {
+		a   *Agent
+		ref Ref
+	}{{b, s1}, {c, s2}} {
+		st, _, _ := tb.Status(r.a, r.ref)
+		require.EqualValues(t, SlotHeld, st, "the shared run is granted together")
+	}
+	st, _, _ := tb.Status(a, x)
+	require.EqualValues(t, SlotWaiting, st)
+	require.NoError(t, tb.Check(a))
+	w = Wakes{}
+}
