@@ -136,7 +136,7 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 	crash("repair.rebuilt")
 	for _, e := range live {
 		t.passOn(e, w, true) // processQueue, or a bounded table's choice (fairness.go)
-		t.touch(e, w) // the dead owner may have changed it without ringing
+		t.touch(e, w)        // the dead owner may have changed it without ringing
 		if t.latchIdle(t.entryOff(e)) {
 			t.freeEntry(e, b) // the dead owner may have been renaming it
 		}
