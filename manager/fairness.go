@@ -72,6 +72,20 @@ func ParseFairness(s string) (Fairness, error) {
 	return FIFO, fmt.Errorf("%w: fairness %q: want fifo or bounded:DURATION (e.g. bounded:1ms)", ErrNotSupported, s)
 }
 
+// MarshalText is String: a Fairness travels in JSON (OpenOptions) as
+// "fifo" or "bounded:D".
+func (f Fairness) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
+
+// UnmarshalText is ParseFairness.
+func (f *Fairness) UnmarshalText(b []byte) error {
+	v, err := ParseFairness(string(b))
+	if err != nil {
+		return err
+	}
+	*f = v
+	return nil
+}
+
 // validate reports a Bounded d out of range.
 func (f Fairness) validate() error {
 	if f.bounded && (f.d <= 0 || f.d > MaxFairnessBound) {
