@@ -3,8 +3,11 @@
 package manager
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -60,11 +63,25 @@ func TestFairnessOption(t *testing.T) {
 }
 
 // stop and cont SIGSTOP and SIGCONT a child: its requests stay in the table
-// but its goroutines cannot run.
+// but its goroutines cannot run. stop returns once the child is stopped
+// (its state in /proc, where there is one; elsewhere after the signal).
 func stop(t *testing.T, c *child) {
 	t.Helper()
 	require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
 	t.Cleanup(func() { c.cmd.Process.Signal(syscall.SIGCONT) })
+	deadline := time.Now().Add(eventually)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
+		if err != nil {
+			return // no /proc
+		}
+		// The state follows the command name's closing parenthesis.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "child %d not stopped within %v", c.pid, eventually)
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 func cont(t *testing.T, c *child) {
