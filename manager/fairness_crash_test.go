@@ -2,7 +2,10 @@
 
 package manager
 
-import "time"
+import (
+	"testing"
+	"time"
+)
 
 // Crash points of bounded fairness (table/fairness.go), each with a
 // multi-process scenario on a table created with Bounded (a bound no
@@ -18,8 +21,21 @@ func init() {
 	// gets x once V is reaped.
 	crashScenarios["turn.taken"] = crashWhileTakingTurn
 	// P holds x, H waits (stopped); P's release leaves x to H; V takes x ahead
-	// of H and dies holding the latch and x; H, continued, gets x.
+	// of H (shared: under the latch) and dies holding the latch and x; H,
+	// continued, gets x.
 	crashScenarios["barge.granted"] = crashWhileBarging
+}
+
+// TestCrashFastBargeWithQueue: the same with V's exclusive request, which
+// takes x by the fast path ahead of H's queued request (the entry was handed
+// to the fast path with its queue) and dies just after its CAS (fast.held):
+// the reaper moves the dead fast hold into the held list and releases it to
+// H, which (continued) gets x.
+func TestCrashFastBargeWithQueue(t *testing.T) {
+	path := tablePath(t)
+	e := &crashEnv{t: t, path: path, m: openM(t, path, crashGeometry)}
+	crashWhileBargingMode(e, "fast.held", "")
+	e.verify()
 }
 
 // bounded makes e's table a fresh one of bounded fairness, with P's
@@ -77,7 +93,10 @@ func crashWhileTakingTurn(e *crashEnv, point string) {
 	}
 }
 
-func crashWhileBarging(e *crashEnv, point string) {
+func crashWhileBarging(e *crashEnv, point string) { crashWhileBargingMode(e, point, " shared") }
+
+// crashWhileBargingMode: V's request is made with mode (" shared" or "").
+func crashWhileBargingMode(e *crashEnv, point, mode string) {
 	e.bounded(0)
 	ctx := ctxT(e.t, eventually)
 	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
@@ -92,7 +111,7 @@ func crashWhileBarging(e *crashEnv, point string) {
 		e.t.Fatal(err)
 	}
 	v := e.victim(point)
-	v.send("acquire x")
+	v.send("acquire x" + mode)
 	e.died(v)
 	cont(e.t, h)
 	if tok := tokenOf(h.expect("acquired x")); tok <= lp.Token()+1 {

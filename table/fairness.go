@@ -138,6 +138,59 @@ func (t *Table) passOn(e uint32, w *Wakes, ring bool) {
 		w.addSleeper(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), head-1)
 	}
 	crash("passon.leftfree")
+	t.armFree(eo)
+}
+
+// armFree hands entry eo, its name left free to its queue's head, to the
+// fast path (a bounded table): until a latch holder owns it again, new
+// exclusive requests take it by one CAS (fastAcquire, which first checks
+// that the head has waited less than the bound) and release it by another.
+// Not while it is watched (a watched entry stays latched: watch.go).
+func (t *Table) armFree(eo uint64) {
+	fp := t.u64(eo + enFast)
+	if atomic.LoadUint64(fp) != fastLatched || !t.heldEmpty(eo) || t.watched(eo) {
+		return
+	}
+	if ctr := uint32(t.ld64(eo + enToken)); ctr != lo32 {
+		atomic.StoreUint64(fp, fastWord(ctr, fastIdle))
+	}
+}
+
+// fastMayBarge reports, for a fast acquirer of idle entry eo (no latch),
+// whether it may take it: its queue is empty (as always on a FIFO table) or
+// its head has waited less than the bound. The queue cannot change while
+// the entry stays idle (only a latch holder that owns it first changes it),
+// so the CAS that takes the entry confirms this look (an ABA of the fast
+// word without a grant only ever leaves a head as young or younger).
+func (t *Table) fastMayBarge(eo uint64) bool {
+	head := atomic.LoadUint32(t.u32(eo + enQHead))
+	if head == 0 {
+		return true
+	}
+	if head-1 >= uint32(t.l.MaxRequests) {
+		return false
+	}
+	waited := nowNano() - int64(atomic.LoadUint64(t.u64(t.slotOff(head-1)+slEnqueue)))
+	return waited >= 0 && waited < t.l.bound
+}
+
+// serveStarved grants the head of e's queue if it has waited the bound and
+// nothing in its way holds the name (a bounded table, the entry owned): a
+// fast acquirer that found the head starved came to the latch for this,
+// and the name may have been left free to a head that has not come yet.
+func (t *Table) serveStarved(e uint32, w *Wakes) {
+	eo := t.entryOff(e)
+	head := t.ld32(eo + enQHead)
+	if head == 0 || head-1 >= uint32(t.l.MaxRequests) {
+		return
+	}
+	so := t.slotOff(head - 1)
+	if !compatible(t, eo, t.ld32(so+slMode)) || t.waitedUnder(so, nowNano()) {
+		return
+	}
+	t.processQueue(e, w)
+	t.wakeAhead(e, w)
+	t.touch(e, w)
 }
 
 // TakeTurn grants waiting request r of agent a if it is first in its queue
@@ -166,6 +219,7 @@ func (t *Table) TakeTurn(a *Agent, r Ref, w *Wakes) (bool, error) {
 		return false, corruptf("slot entry", e+1, "slot %d waits but its entry is not live in bucket %d", r.Slot, r.Bucket)
 	}
 	eo := t.entryOff(e)
+	t.own(e) // from the fast path: a fast holder is moved into the held list
 	if t.ld32(eo+enQHead) != r.Slot+1 || !compatible(t, eo, t.ld32(so+slMode)) {
 		return false, nil
 	}
@@ -177,6 +231,9 @@ func (t *Table) TakeTurn(a *Agent, r Ref, w *Wakes) (bool, error) {
 	t.touch(e, w)
 	return true, nil
 }
+
+// slotEntry is the entry of a waiting or held request slot s (tests).
+func (t *Table) slotEntry(s uint32) uint32 { return t.ld32(t.slotOff(s)+slEntry) - 1 }
 
 // MayTakeTurn reports, without the latch, whether waiting request r of
 // agent a is first in its queue with nothing held, or only shared holds
@@ -197,6 +254,12 @@ func (t *Table) MayTakeTurn(a *Agent, r Ref) bool {
 	eo := t.entryOff(e)
 	if atomic.LoadUint32(t.u32(eo+enQHead)) != r.Slot+1 {
 		return false
+	}
+	switch st := uint32(atomic.LoadUint64(t.u64(eo + enFast))); {
+	case st == fastIdle:
+		return true
+	case st != fastLatched:
+		return false // held by the fast path
 	}
 	if atomic.LoadUint32(t.u32(eo+enNHeld)) == 0 {
 		return true

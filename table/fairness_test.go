@@ -109,12 +109,23 @@ func TestBoundedLeavesTheNameToItsHead(t *testing.T) {
 	require.NoError(t, tb.Release(other, second, &w))
 	st, _, _ = tb.Status(holder, third)
 	require.EqualValues(t, SlotWaiting, st, "a fresh head is left the name")
-	// A head whose enqueue time is ahead of our clock counts as starved.
+	// The name left free is on the fast path: a request takes it there.
+	require.Equal(t, uint32(fastIdle), uint32(atomic.LoadUint64(tb.u64(tb.entryOff(tb.slotEntry(third.Slot))+enFast))))
+	fast := acquire(other, ModeExclusive, false, Granted)
+	require.GreaterOrEqual(t, fast.Slot, uint32(tb.l.MaxRequests), "a fast hold (the entry's reserved slot)")
+	snapHeld, pend, err := tb.Snapshot(nil)
+	require.NoError(t, err)
+	require.Len(t, snapHeld, 1, "Query shows the fast holder")
+	require.Len(t, pend, 1, "and the queue behind it")
+	require.NoError(t, tb.Check(holder), "a fast hold with a queue passes the checker")
+	require.NoError(t, tb.Release(other, fast, &w))
+	// A head whose enqueue time is ahead of our clock counts as starved: an
+	// arrival (IfAvailable, refused) serves it on its way.
 	*tb.u64(tb.slotOff(third.Slot) + slEnqueue) = uint64(nowNano() + int64(time.Minute))
 	acquire(other, ModeExclusive, true, NotAvailable)
-	ok, err = tb.TakeTurn(holder, third, &w)
-	require.NoError(t, err)
-	require.True(t, ok)
+	st, tok, _ = tb.Status(holder, third)
+	require.EqualValues(t, SlotHeld, st, "the starved head is served by the next arrival")
+	require.Greater(t, tok, last)
 	require.NoError(t, tb.Release(holder, third, &w))
 	noted()
 	require.NoError(t, tb.Check(holder))

@@ -413,6 +413,9 @@ func runModelFair(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometr
 			what = fmt.Sprintf("acquire %q agent %d mode %d ifAvail %v steal %v", name, ai, mode, ifAvail, steal)
 			ref, out, tok, err := tb.Acquire(a, name, Hash(name), mode, ifAvail, steal, &w)
 			deliver()
+			if q := mdl.queue[name]; bounded && err == nil && !steal && len(q) > 0 && q[0].starved && mdl.compatible(name, q[0].mode) {
+				confirm(mdl.process(name)) // an arrival serves a starved head on its way (serveStarved)
+			}
 			if err != nil {
 				require.ErrorIs(t, err, ErrTableFull, what)
 				inUse := 0
@@ -469,6 +472,14 @@ func runModelFair(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometr
 			deliver()
 			mdl.remove(r.name, id)
 			delete(reqs, id)
+			// A bounded table's fast hold released by its CAS leaves the
+			// queue as it is, even behind a starved head (the next arrival
+			// or the head itself serves it); one moved to the held list
+			// meanwhile is released under the latch (passOn).
+			if e := r.ref.Slot - uint32(tb.l.MaxRequests); bounded && r.ref.Slot >= uint32(tb.l.MaxRequests) &&
+				uint32(atomic.LoadUint64(tb.u64(tb.entryOff(e)+enFast))) == fastIdle {
+				break
+			}
 			confirm(passOn(r.name))
 		case bounded && op < 82: // a bounded table: a head takes its turn, or has waited the bound
 			q := mdl.queue[name]

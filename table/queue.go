@@ -132,6 +132,9 @@ func (t *Table) unlink(s uint32, headOff, tailOff uint64) {
 // list, frees it, re-processes the queue and frees the entry if it is empty.
 func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 	eo := t.entryOff(e)
+	// A bounded table's entry with waiters may be on the fast path
+	// (fairness.go): take it back first (one load when it is latched).
+	t.own(e)
 	switch wordState(sw) {
 	case SlotHeld:
 		t.unlink(s, eo+enHHead, 0)
