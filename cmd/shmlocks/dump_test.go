@@ -86,6 +86,18 @@ func TestDumpLive(t *testing.T) {
 	require.Regexp(t, `\s+waiting\s+shared\s+-\s+`+pid+`\s+`+waiter.ClientID(), out)
 	require.Regexp(t, `"config"\s+held\s+shared`, out)
 	require.Regexp(t, `usage\s+names 2/\d+, requests 3/\d+ \(held 2, waiting 1\), agents 2/\d+`, out)
+	require.Regexp(t, `\nfairness\s+fifo \(strict arrival order\)\n`, out)
+}
+
+// TestDumpFairness: dump names the fairness a table was created with.
+func TestDumpFairness(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bounded.tbl")
+	m, err := manager.Open(path, &manager.OpenOptions{Fairness: manager.Bounded(1500 * time.Microsecond)})
+	require.NoError(t, err)
+	m.Close()
+	r := shm(t, nil, "dump", "--table", path)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `\nfairness\s+bounded:1.5ms \(`, r.stdout)
 }
 
 func TestDumpJSONShape(t *testing.T) {
