@@ -22,8 +22,8 @@ import (
 //   - every WAITING, HELD or WATCHING slot is in exactly one list; every used slot
 //     belongs to an agent record that is in use; state values are valid;
 //   - every free entry is latched; a live entry's fast word is latched, idle
-//     or held, with empty lists and a counter ≥ its token's low word when
-//     not latched; a fast holder is an agent in use that marked the entry's
+//     or held, with empty lists (a bounded table: an empty held list) and a
+//     counter ≥ its token's low word when not latched; a fast holder is an agent in use that marked the entry's
 //     range (checked when quiescent: see orphan); a reserved slot is only
 //     ever in its own entry's held list, never queued;
 //   - each watch list is acyclic, doubly linked, made of WATCHING request
