@@ -112,9 +112,10 @@ const benchBound = time.Millisecond
 // and the longest of the requests' waits in the window (wait-p999-us,
 // wait-max-us: from the lock call to the grant); with several processes,
 // how long a cache line takes to cross between two CPUs around the
-// shmlocks loop (line-ns, lineNs). The log says where it ran (machine).
+// shmlocks loop (line-ns, lineNs). It first prints where it runs (machine:
+// a line of the output, which docs/bench.sh puts in its summary).
 func BenchmarkGoroutines(b *testing.B) {
-	b.Log(machine())
+	fmt.Println(machine())
 	for _, row := range goroutineRows {
 		b.Run(fmt.Sprintf("procs=%d/goroutines=%d", row.procs, row.goroutines), func(b *testing.B) {
 			var shm, bd, fl, tk, ch, ho loopResult
