@@ -214,3 +214,59 @@ func TestBoundedStarvedHeadIsServed(t *testing.T) {
 	t.Logf("%d barges before the head had waited %v", barges, bound)
 	check(t, m)
 }
+
+// TestBoundedWaitUnlocked: on a bounded table WaitUnlocked returns when a
+// request in its mode would be granted at once, a request ahead of the
+// queue included: P holds x, C waits for x (stopped), H waits for x to be
+// unlocked; P's release leaves x to C, and H returns while C still waits.
+func TestBoundedWaitUnlocked(t *testing.T) {
+	path := tablePath(t)
+	m := openM(t, path, boundedTable(time.Hour))
+	ctx := ctxT(t, eventually)
+	l, err := m.Acquire(ctx, "x", RequestOptions{})
+	require.NoError(t, err)
+	c := spawn(t, path, nil)
+	c.send("acquire x")
+	waitPending(t, m, "x", 1)
+	stop(t, c)
+	h := spawn(t, path, nil)
+	h.send("waitunlocked x")
+	h.quiet("unlocked")
+	require.NoError(t, l.Release())
+	h.expect("unlocked x")
+	_, pending := pendingOn(t, m, "x")
+	require.Len(t, pending, 1, "C still waits")
+	cont(t, c)
+	c.expect("acquired x")
+	c.send("release x")
+	c.expect("released x")
+	check(t, m)
+}
+
+// TestBoundedDeadlock: deadlock detection is the same on a bounded table
+// (its wait-for graph is: queued requests still never overtake one
+// another): A holds x and asks for y, B holds y and asks for x; exactly
+// one of them is the victim and the other proceeds (TestDeadlockTwoProcesses
+// on a table created with Bounded).
+func TestBoundedDeadlock(t *testing.T) {
+	path := tablePath(t)
+	o := boundedTable(time.Millisecond)
+	o.DeadlockDelay = testDeadlockDelay
+	m := openM(t, path, o)
+	a, b := spawn(t, path, dlOpts(testDeadlockDelay)), spawn(t, path, dlOpts(testDeadlockDelay))
+	a.send("nest x y")
+	a.expect("acquired x")
+	b.send("nest y x")
+	b.expect("acquired y")
+	a.send("gonest x")
+	b.send("gonest y")
+	a.expect("done x")
+	b.expect("done y")
+	dead := append(a.linesWith("deadlock"), b.linesWith("deadlock")...)
+	got := append(a.linesWith("acquired y"), b.linesWith("acquired x")...)
+	require.Len(t, dead, 1, "exactly one victim: %q", dead)
+	require.Len(t, got, 1, "the other proceeds")
+	a.kill()
+	b.kill()
+	check(t, m)
+}
