@@ -222,7 +222,9 @@ func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, er
 	mutex := make(chan struct{}, 1) // kindChan
 	// Waits are timed from just before the lock call to the grant, on the
 	// table's clock (MonoNow: the time-stamp counter where the kernel keeps
-	// time with it), the same for every kind.
+	// time with it), the same for every kind: one reading in the critical
+	// section, recorded after the release (a histogram update while holding
+	// would lengthen every section).
 	var total atomic.Uint64
 	errs := make(chan error, ng)
 	var wg sync.WaitGroup
@@ -237,18 +239,19 @@ func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, er
 			defer func() { total.Add(n) }()
 			switch a.Kind {
 			case kindShm:
-				var start int64
+				var granted int64
 				fn := func(context.Context, *Lock) error {
-					waits.record(table.MonoNow() - start)
+					granted = table.MonoNow()
 					critical(me)
 					return nil
 				}
 				for atomic.LoadUint32(stop) == 0 {
-					start = table.MonoNow()
+					start := table.MonoNow()
 					if err := m.Request(ctx, a.Name, RequestOptions{}, fn); err != nil {
 						errs <- err
 						return
 					}
+					waits.record(granted - start)
 					n++
 					atomic.AddUint64(ops, 1)
 				}
@@ -266,12 +269,13 @@ func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, er
 						errs <- err
 						return
 					}
-					waits.record(table.MonoNow() - start)
+					granted := table.MonoNow()
 					critical(me)
 					if err := syscall.Flock(fd, syscall.LOCK_UN); err != nil {
 						errs <- err
 						return
 					}
+					waits.record(granted - start)
 					n++
 					atomic.AddUint64(ops, 1)
 				}
@@ -279,9 +283,10 @@ func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, er
 				for atomic.LoadUint32(stop) == 0 {
 					start := table.MonoNow()
 					mutex <- struct{}{}
-					waits.record(table.MonoNow() - start)
+					granted := table.MonoNow()
 					critical(me)
 					<-mutex
+					waits.record(granted - start)
 					n++
 					atomic.AddUint64(ops, 1)
 				}
@@ -292,12 +297,13 @@ func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, er
 						errs <- err
 						return
 					}
-					waits.record(table.MonoNow() - start)
+					granted := table.MonoNow()
 					critical(me)
 					if err := ticketUnlock(ctl); err != nil {
 						errs <- err
 						return
 					}
+					waits.record(granted - start)
 					n++
 					atomic.AddUint64(ops, 1)
 				}
