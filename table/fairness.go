@@ -232,9 +232,6 @@ func (t *Table) TakeTurn(a *Agent, r Ref, w *Wakes) (bool, error) {
 	return true, nil
 }
 
-// slotEntry is the entry of a waiting or held request slot s (tests).
-func (t *Table) slotEntry(s uint32) uint32 { return t.ld32(t.slotOff(s)+slEntry) - 1 }
-
 // MayTakeTurn reports, without the latch, whether waiting request r of
 // agent a is first in its queue with nothing held, or only shared holds
 // when r is shared: a hint for a spinning head of a bounded table that

@@ -9,6 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// slotEntry is the entry of a waiting or held request slot s.
+func (t *Table) slotEntry(s uint32) uint32 { return t.ld32(t.slotOff(s)+slEntry) - 1 }
+
 func newBoundedTable(t *testing.T, bound time.Duration) *Table {
 	t.Helper()
 	tb, created, err := OpenFair(filepath.Join(t.TempDir(), "t.tbl"), Geometry{MaxResources: 8, MaxRequests: 16, MaxAgents: 4, MaxNameLen: 16}, 0, bound)
