@@ -46,6 +46,7 @@ type supervisor struct {
 	dir     string // temporary directory: result files (and the default table)
 	lockDir string
 	start   time.Time
+	fair    string // the shmlocks table's fairness (Manager.Fairness), for the report
 
 	mu        sync.Mutex
 	nextSlot  int
@@ -126,14 +127,25 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 		extra = max(limit, 0)
 	}
 	slots := cfg.Procs + extra
-	// Create the table once, with the defaults, before the check file that
-	// lives beside it: Open also creates the default table's directory.
+	// Create the table once, with the defaults and the fairness asked for
+	// (an existing --table keeps its own: the report says which), before the
+	// check file that lives beside it: Open also creates the default table's
+	// directory.
 	if cfg.Backend == BackendShmlocks {
-		m, err := manager.Open(s.table, nil)
+		o := &manager.OpenOptions{}
+		if cfg.Fairness != "" {
+			var err error
+			if o.Fairness, err = manager.ParseFairness(cfg.Fairness); err != nil {
+				os.RemoveAll(dir)
+				return nil, err
+			}
+		}
+		m, err := manager.Open(s.table, o)
 		if err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
+		s.fair = m.Fairness().String()
 		m.Close()
 	}
 	mp, err := createRegionFile(s.region, RegionSize(cfg.Names, slots, cfg.Goroutines))
