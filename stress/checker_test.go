@@ -2,6 +2,7 @@ package stress
 
 import (
 	"bytes"
+	"os"
 	"math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -15,13 +16,14 @@ import (
 // testRegion is an in-memory check region with slots running workers.
 func testRegion(t *testing.T, names, slots, goroutines int) *Region {
 	t.Helper()
-	words := make([]uint64, (RegionSize(names, slots, goroutines)+7)/8)
+	sh := RegionShape{Names: names, Slots: slots, Goroutines: goroutines, Records: childRecords}
+	words := make([]uint64, (RegionSize(sh)+7)/8)
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
-	r, err := InitRegion(buf, names, slots, goroutines)
+	r, err := InitRegion(buf, sh)
 	require.NoError(t, err)
 	for s := 0; s < slots; s++ {
 		r.ClaimSlot(s, s)
-		r.SetPID(s, 1000+s)
+		r.SetPID(s, os.Getpid()) // alive: a conflict with a dead process's record is not one
 	}
 	return r
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -80,7 +81,8 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Table, "table", "", "table file (default: a fresh file in a temporary directory; \"default\": the default table location below)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary table and check file")
 	fs.BoolVar(&cfg.HandOver, "handover", false, "shmlocks workers open with OpenOptions.HandOver (a release yields the P to the sibling it granted; off by default)")
-	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL a random worker this many times per second (a replacement starts at once)")
+	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL this many processes per second, each feature in turn (a killed worker is replaced at once)")
+	features := fs.String("features", "", "what the worker processes do, one feature per process in turn: plain, exec, child, coalesce, all (AcquireAll), or every (default: every with --chaos on shmlocks, else plain)")
 	backends := fs.String("backend", "shmlocks", "shmlocks, flock, or both comma-separated (run one after the other, reported side by side)")
 	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s)")
 	fs.DurationVar(&cfg.MaxGrantGap, "max-gap", 0, "no grant anywhere for this long is a violation (0: not checked)")
@@ -112,6 +114,19 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		}
 		list = append(list, b)
 	}
+	switch {
+	case *features != "":
+		if cfg.Features, err = stress.ParseFeatures(*features); err != nil {
+			return fs.usageError("%v", strings.TrimPrefix(err.Error(), stress.ErrUsage.Error()+": "))
+		}
+	case cfg.Chaos > 0 && len(list) == 1 && list[0] == stress.BackendShmlocks:
+		cfg.Features = stress.AllFeatures
+	}
+	procsSet := false
+	fs.Visit(func(f *flag.Flag) { procsSet = procsSet || f.Name == "procs" })
+	if len(cfg.Features) > cfg.Procs && !procsSet {
+		cfg.Procs = len(cfg.Features) // one process per feature at least
+	}
 	if cfg.Table == "default" {
 		cfg.Table = defaultTablePath()
 	}
@@ -124,6 +139,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	cfg.Worker = []string{exe, "stress"}
+	cfg.Exec = []string{exe, "exec"}
 	cfg.Defaults()
 	for _, b := range list {
 		c := cfg
