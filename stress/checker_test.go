@@ -2,8 +2,8 @@ package stress
 
 import (
 	"bytes"
-	"os"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
