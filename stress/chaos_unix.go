@@ -5,6 +5,7 @@ package stress
 import (
 	"context"
 	mrand "math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -13,8 +14,8 @@ import (
 // moment the feature is most fragile, start the replacement of a killed
 // worker, and time each kill of a holder to the next grant on its names.
 
-// chaos sends cfg.Chaos SIGKILLs a second, one feature after the other
-// (a feature with no victim at that moment passes its turn to the next):
+// chaos sends cfg.Chaos SIGKILLs a second, each to the feature killed least
+// so far that has a victim at that moment:
 //
 //   - plain: a worker holding a lock (any worker if none holds);
 //   - child: a worker inside a child grant (else one of the feature's);
@@ -37,7 +38,7 @@ func (s *supervisor) chaos(ctx context.Context) {
 	if len(feats) == 0 {
 		feats = []string{FeaturePlain}
 	}
-	turn := 0
+	order := append([]string(nil), feats...)
 	for {
 		select {
 		case <-ctx.Done():
@@ -48,10 +49,13 @@ func (s *supervisor) chaos(ctx context.Context) {
 			return
 		}
 		s.collectReaps()
-		for i := 0; i < len(feats); i++ {
-			f := feats[(turn+i)%len(feats)]
+		// The feature killed least so far goes first (an exec command is
+		// not always running when its turn comes).
+		slices.SortStableFunc(order, func(a, b string) int {
+			return s.r.featureKills(featureIndex(a)) - s.r.featureKills(featureIndex(b))
+		})
+		for _, f := range order {
 			if s.chaosOne(rng, f) {
-				turn = (turn + i + 1) % len(feats)
 				break
 			}
 		}

@@ -453,8 +453,8 @@ func (q *Request) Exit() {
 	v := atomic.LoadUint64(p)
 	stolen := q.stolen()
 	if v != q.counter {
-		other := v >> 32
-		lo, hi := q.token&0xffffffff, other
+		other := v >> 32 & 0x7fffffff
+		lo, hi := q.token&0x7fffffff, other
 		if lo > hi {
 			lo, hi = hi, lo
 		}
@@ -465,7 +465,7 @@ func (q *Request) Exit() {
 			switch {
 			case r.isFlight(n):
 				kind = kindFlight
-			case q.flags&recExec != 0:
+			case q.flags&recExec != 0 || v>>63 != 0: // an exec command held it, or wrote it
 				kind = kindExec
 			}
 			c.violation(kind, "exclusion broken on %s: its counter changed from %d to %d (written by token %d) during an exclusive hold with token %d",
@@ -479,7 +479,11 @@ func (q *Request) Exit() {
 	if q.noToken {
 		atomic.StoreInt64(r.ni64(n, nmTokenless), q.asked)
 	}
-	atomic.StoreUint64(p, (q.token&0xffffffff)<<32|(v+1)&0xffffffff)
+	w := (q.token&0x7fffffff)<<32 | (v+1)&0xffffffff
+	if q.flags&recExec != 0 {
+		w |= 1 << 63 // the writer was an exec command (the kind of a violation it causes)
+	}
+	atomic.StoreUint64(p, w)
 }
 
 // Release withdraws the hold record; call it before releasing the lock.

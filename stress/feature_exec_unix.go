@@ -56,7 +56,7 @@ type execCommand struct {
 // execHold: how long a command holds its lock (a command is a process: it
 // lives milliseconds, and a kill must find it running).
 func execHold(rng *rand.Rand) time.Duration {
-	return 5*time.Millisecond + time.Duration(rng.Int64N(int64(20*time.Millisecond)))
+	return 10*time.Millisecond + time.Duration(rng.Int64N(int64(30*time.Millisecond)))
 }
 
 // runExec runs goroutine g's exec wrappers until ctx ends or its ops are done.

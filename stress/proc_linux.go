@@ -9,14 +9,18 @@ import (
 )
 
 // processAlive reports whether process pid, started at start (processStart's
-// value, 0: not checked), is still running: not gone, not a zombie, not a
-// later process that reuses the pid. A killed exec command whose parent
-// died too is reparented and may stay a zombie for a while.
+// value, 0: not checked), can still run its own code: not gone, not a
+// zombie, not a later process that reuses the pid, and not being killed (a
+// SIGKILL pending, or its exit begun: a multi-threaded process takes a
+// while to die, and it runs none of its code meanwhile). A killed exec
+// command whose parent died too is reparented and may stay a zombie for a
+// while.
 func processAlive(pid int, start uint64) bool {
 	if pid <= 0 {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/stat")
 	if err != nil {
 		return !os.IsNotExist(err)
 	}
@@ -24,10 +28,40 @@ func processAlive(pid int, start uint64) bool {
 	if !ok {
 		return true
 	}
-	if state == 'Z' || state == 'X' || state == 'x' {
+	if state == 'Z' || state == 'X' || state == 'x' || start != 0 && st != start {
 		return false
 	}
-	return start == 0 || st == start
+	return !dying(dir)
+}
+
+// dying reports whether the process of /proc directory dir has a SIGKILL
+// pending or has begun to exit (PF_EXITING of its main thread).
+func dying(dir string) bool {
+	const sigkill = 1 << (9 - 1)
+	const pfExiting = 0x4
+	b, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		return os.IsNotExist(err)
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if !ok || !(bytes.Equal(k, []byte("SigPnd")) || bytes.Equal(k, []byte("ShdPnd"))) {
+			continue
+		}
+		if m, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 16, 64); err == nil && m&sigkill != 0 {
+			return true
+		}
+	}
+	if b, err := os.ReadFile(dir + "/stat"); err == nil {
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+			if f := bytes.Fields(b[i+2:]); len(f) > 6 {
+				if flags, err := strconv.ParseUint(string(f[6]), 10, 64); err == nil && flags&pfExiting != 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // processStart returns the start time of process pid (clock ticks since

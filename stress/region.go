@@ -50,7 +50,7 @@ const (
 
 	// per-name fields (stride nameSize)
 	nameSize      = 256
-	nmCounter     = 0   // uint64: token<<32 | count, the non-atomic exclusive-section counter
+	nmCounter     = 0   // uint64: exec<<63 | token(31 bits)<<32 | count: the non-atomic exclusive-section counter and its last writer
 	nmGrantsX     = 8   // uint64: exclusive grants (atomic)
 	nmFenced      = 16  // uint64: exclusive sections that skipped their write because they were stolen
 	nmMaxAny      = 24  // uint64: highest token recorded by any grant
