@@ -137,6 +137,9 @@ func runExec(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Che
 			r.addKill(featureExec)
 			r.addExecKill(killed)
 		}
+		if v := atomic.LoadUint64(ctl); killed == execKillNone && v>>8 == seq && v&0xff == execKillCommand {
+			killed = execKillCommand // it killed itself, and its wrapper exited before the worker looked
+		}
 		q.End()
 		r.addStat(slot, slOps, 1)
 		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
