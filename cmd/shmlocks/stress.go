@@ -33,9 +33,24 @@ table (not the lock code):
   - at the end the table's own checker runs and the table must be empty
     (every dead worker reaped).
 
+Each worker process runs one feature (--features; every one by default
+with --chaos, else plain): plain (Acquire/Release of one name), exec
+(shmlocks exec wrappers whose command, this binary again, checks in as the
+holder while it runs), child (a Request whose fn fans out and nests child
+requests with its ctx: children of one grant must exclude each other),
+coalesce (Coalesce callers: one leader per key at once, whole results of
+their own key) and all (AcquireAll/RequestAll of two or three names, each
+name checked). --chaos SIGKILLs the feature killed least so far, where it
+is most fragile: a holder, a process inside a child grant, a Coalesce
+leader, an AcquireAll holder, or an exec command's wrapper, the command
+itself or the wrapper's process group. The report counts kills per feature
+and violations per kind (exclusion, exec, child, flight, counter, token,
+lost, stuck, table, failure).
+
 Holders in processes killed by --chaos are ignored (the supervisor marks a
-victim before it sends SIGKILL), and conflicts with a stolen-from holder are
-excused. FIFO order is only sampled (waiters that took a ticket well before
+victim before it sends SIGKILL), and so are those of processes that are
+dead (an exec command is checked under its own pid: killing its wrapper
+does not end its hold); conflicts with a stolen-from holder are excused. FIFO order is only sampled (waiters that took a ticket well before
 a grant and still wait): the ticket is taken before the request enters the
 lock, so this is a statistic, not a check.
 
@@ -53,6 +68,8 @@ not be in use by anyone else: the final check expects it empty).
 const stressExamples = `  shmlocks stress
   shmlocks stress --duration 3s --procs 4
   shmlocks stress --chaos 5 --duration 3s --json
+  shmlocks stress --chaos 50 --duration 210s --procs 10 --seed 1   # about 10,000 kills over every feature
+  shmlocks stress --features exec,plain --chaos 10 --duration 10s
   shmlocks stress --procs 8 --goroutines 4 --names 2 --shared 0.5 --hold uniform:0-200us
   shmlocks stress --backend shmlocks,flock --duration 2s
   shmlocks stress --ops 10000 --seed 42 --keep
