@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shmlocks/shmlocks/coalesce"
 	"github.com/shmlocks/shmlocks/manager"
 )
 
@@ -27,18 +28,17 @@ import (
 //
 // Records of goroutine g: 0, while its fn leads.
 
-// coalesceDo is the one call of the coalescing API (it moves to a package
-// of its own: coalesce.New(m).Do).
+// coalesceDo is the one call of the coalescing API.
 func coalesceDo(ctx context.Context, m *manager.Manager, key string,
 	fn func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
-	return m.Coalesce(ctx, key, fn)
+	return coalesce.New(m).Do(ctx, key, fn)
 }
 
 // coalesceStore is where the outcomes of a table's flights are kept.
 func coalesceStore(table string) string { return table + ".coalesce" }
 
 // coalesceCheck runs the outcome store's own checker.
-func coalesceCheck(m *manager.Manager) error { return m.CheckCoalesce() }
+func coalesceCheck(m *manager.Manager) error { return coalesce.New(m).Check() }
 
 const (
 	flightMagic  = "SHMLSTRF"
