@@ -170,6 +170,7 @@ func WorkerMain(stdout, stderr io.Writer) int {
 	}
 	for g := 0; g < wc.Goroutines; g++ {
 		stats[g] = newGStats()
+		stats[g].fail = func(msg string) { r.violation(kindFailure, fmt.Sprintf("pid %d: %s", os.Getpid(), msg)) }
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
@@ -209,6 +210,7 @@ type gstats struct {
 	mu   sync.Mutex
 	hist map[string]*hdrhistogram.Histogram
 	errs []string
+	fail func(msg string) // reports an unexpected error as a violation at once
 }
 
 func newGStats() *gstats {
@@ -224,7 +226,13 @@ func (s *gstats) record(name string, ns int64) {
 	s.mu.Unlock()
 }
 
+// addErr records a request's unexpected error: a violation in the region
+// at once (so that a worker killed later loses nothing of it), and among
+// the messages of its result file.
 func (s *gstats) addErr(msg string) {
+	if s.fail != nil {
+		s.fail(msg)
+	}
 	s.mu.Lock()
 	if len(s.errs) < 4 {
 		s.errs = append(s.errs, msg)
