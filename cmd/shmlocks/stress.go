@@ -68,7 +68,7 @@ not be in use by anyone else: the final check expects it empty).
 const stressExamples = `  shmlocks stress
   shmlocks stress --duration 3s --procs 4
   shmlocks stress --chaos 5 --duration 3s --json
-  shmlocks stress --chaos 50 --duration 210s --procs 10 --seed 1   # about 10,000 kills over every feature
+  shmlocks stress --chaos 50 --duration 240s --procs 10 --seed 1   # about 10,000 kills over every feature
   shmlocks stress --features exec,plain --chaos 10 --duration 10s
   shmlocks stress --procs 8 --goroutines 4 --names 2 --shared 0.5 --hold uniform:0-200us
   shmlocks stress --backend shmlocks,flock --duration 2s
