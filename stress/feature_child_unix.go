@@ -189,11 +189,17 @@ func staleRequest(fctx context.Context, m *manager.Manager, r *Region, c *Checke
 	q := c.begin(want{rec: rec, name: name, mode: modeExclusive})
 	l, err := m.Acquire(fctx, nameOf(name), manager.RequestOptions{IfAvailable: true})
 	q.End()
-	if err != nil {
-		if !errors.Is(err, manager.ErrAborted) && !errors.Is(err, manager.ErrNotAvailable) {
-			r.addStat(c.slot, slErrors, 1)
-			st.addErr("request with an ended grant's ctx: " + err.Error())
-		}
+	switch {
+	case err == nil:
+	case errors.Is(err, manager.ErrAborted), errors.Is(err, manager.ErrNotAvailable):
+		return
+	case errors.Is(err, manager.ErrWouldDeadlock):
+		// Decided as a reentrant request: the ctx still carries a grant.
+		c.violation(kindChild, "a request on %s made with the ctx of an ended grant was treated as a child of a live one: %v", nameOf(name), err)
+		return
+	default:
+		r.addStat(c.slot, slErrors, 1)
+		st.addErr("request with an ended grant's ctx: " + err.Error())
 		return
 	}
 	q.flags = recStale

@@ -45,9 +45,11 @@ func (c *Checker) holder(o record) string {
 		}
 		return fmt.Sprintf("exec command pid %d", o.pid)
 	case o.flags&recChild != 0:
-		return fmt.Sprintf("child grant (pid %d goroutine %d)", c.r.slotPID(o.slot), o.g(c.r))
+		return fmt.Sprintf("child grant (pid %d %s goroutine %d)", c.r.slotPID(o.slot), c.r.role(o.slot), o.g(c.r))
+	case o.flags&recStale != 0:
+		return fmt.Sprintf("grant through an ended grant's ctx (pid %d %s goroutine %d)", c.r.slotPID(o.slot), c.r.role(o.slot), o.g(c.r))
 	}
-	return fmt.Sprintf("pid %d goroutine %d", c.r.slotPID(o.slot), o.g(c.r))
+	return fmt.Sprintf("pid %d %s goroutine %d", c.r.slotPID(o.slot), c.r.role(o.slot), o.g(c.r))
 }
 
 // checkOccupancy looks for holders of q's name whose mode conflicts with

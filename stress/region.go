@@ -96,6 +96,7 @@ const (
 	slSets      = 144 // uint64: AcquireAll / RequestAll grants (sets of names)
 	slExecRuns  = 152 // uint64: exec commands that checked in holding their lock
 	slStale     = 160 // uint64: requests made with the ctx of a grant that had ended
+	slRole      = 168 // uint32: the worker's feature (featurePlain, ...)
 
 	// per-record fields (stride recSize, after the slot header; a goroutine
 	// owns Records consecutive records, its first carries its wait and its
@@ -361,6 +362,17 @@ func (r *Region) ClaimSlot(s, pos int) {
 	}
 	atomic.StoreUint32(r.u32(off+slPosition), uint32(pos))
 	r.setPosition(pos, s)
+}
+
+// setRole records the feature of the worker of slot s (messages).
+func (r *Region) setRole(s, f int) { atomic.StoreUint32(r.u32(r.slotOff(s)+slRole), uint32(f)) }
+
+// role returns the feature of the worker of slot s.
+func (r *Region) role(s int) string {
+	if f := int(atomic.LoadUint32(r.u32(r.slotOff(s) + slRole))); f < len(featureNames) {
+		return featureNames[f]
+	}
+	return "?"
 }
 
 // SetPID records the worker's process id in its slot and marks it running.

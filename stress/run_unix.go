@@ -209,6 +209,7 @@ func (s *supervisor) spawn(pos, ops int) error {
 	slot := s.nextSlot
 	s.nextSlot++
 	s.r.ClaimSlot(slot, pos)
+	s.r.setRole(slot, featureIndex(s.role(pos)))
 	wc, _ := json.Marshal(s.workerConfig(slot, pos, ops))
 	w := &worker{slot: slot, pos: pos, done: make(chan struct{})}
 	w.cmd = exec.Command(s.cfg.Worker[0], s.cfg.Worker[1:]...)
