@@ -65,12 +65,21 @@ func (s *supervisor) watchdog(ctx context.Context) {
 		// only if every one of them is free and quiet).
 		type goroutine struct{ slot, g int }
 		free := map[goroutine]bool{}
+		// An exec request's wait includes starting the wrapper and its
+		// command (seconds for race-enabled binaries on a busy machine):
+		// it is judged with five times the bound.
+		bound := func(w record) int64 {
+			if w.waitFlags&waitExec != 0 {
+				return 5 * stuck
+			}
+			return stuck
+		}
 		for _, w := range waits {
 			n := w.waitName
 			last := loadI64(r.ni64(n, nmLastChange))
 			k := goroutine{w.slot, w.g(r)}
 			f, seen := free[k]
-			free[k] = (f || !seen) && !held[n] && now-w.waitFrom > stuck && now-last > stuck
+			free[k] = (f || !seen) && !held[n] && now-w.waitFrom > bound(w) && now-last > stuck
 		}
 		for _, w := range waits {
 			key := [3]uint64{uint64(w.slot), uint64(w.g(r)), w.ticket}
@@ -80,7 +89,7 @@ func (s *supervisor) watchdog(ctx context.Context) {
 			n := w.waitName
 			last := loadI64(r.ni64(n, nmLastChange))
 			switch {
-			case w.deadline != 0 && now-w.deadline > stuck:
+			case w.deadline != 0 && now-w.deadline > bound(w):
 				s.stuckSeen[key] = true
 				r.violation(kindStuck, fmt.Sprintf("request for %s (pid %d goroutine %d) still waiting %v after its deadline",
 					nameOf(n), r.slotPID(w.slot), w.g(r), time.Duration(now-w.deadline).Round(time.Millisecond)))
