@@ -94,7 +94,8 @@
 //   - Watchdog (supervisor): a request waiting longer than Config.Stuck on a
 //     name that no live process holds and on which nothing was granted or
 //     released for Config.Stuck is stuck (an AcquireAll: every name it
-//     waits for); a request still waiting
+//     waits for; an exec request, whose wait includes starting its wrapper
+//     and command, is given five times Config.Stuck); a request still waiting
 //     Config.Stuck after its deadline ignored it; workers that do not stop
 //     within Config.Grace of the end hang.
 //   - At the end the table's own checker runs (manager.Open, Check) and
