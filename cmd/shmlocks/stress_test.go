@@ -88,13 +88,13 @@ func TestStressChaos(t *testing.T) {
 	checkChaos(t, "3s", "20")
 }
 
-// TestStressChaosLong is the long form: 15 s, 2 processes per feature
+// TestStressChaosLong is the long form: 10 s, 2 processes per feature
 // (SHMLOCKS_CHAOS_SECONDS runs it longer).
 func TestStressChaosLong(t *testing.T) {
 	if testing.Short() {
 		t.Skip("long chaos run (skipped with -short)")
 	}
-	secs := 15
+	secs := 10
 	if v, err := strconv.Atoi(os.Getenv("SHMLOCKS_CHAOS_SECONDS")); err == nil && v > 0 {
 		secs = v
 	}
