@@ -22,8 +22,9 @@ table (not the lock code):
   - a non-atomic per-name counter, read at the start of every exclusive
     section and written at its end: it must not change in between, and its
     final value must equal the exclusive grants (it may fall short by at most
-    kills + steals: a killed holder may die before writing, a stolen-from
-    holder preempted between its fence check and its write may overwrite);
+    kills + workers that died + steals: a killed holder may die before
+    writing, a stolen-from holder preempted between its fence check and its
+    write may overwrite);
   - fencing tokens strictly increase per name (exclusive grants above every
     earlier token, shared grants above every earlier exclusive one);
   - a lock lost at release must have been stolen (a later steal recorded);
@@ -50,9 +51,10 @@ lost, stuck, table, failure).
 Holders in processes killed by --chaos are ignored (the supervisor marks a
 victim before it sends SIGKILL), and so are those of processes that are
 dead (an exec command is checked under its own pid: killing its wrapper
-does not end its hold); conflicts with a stolen-from holder are excused. FIFO order is only sampled (waiters that took a ticket well before
-a grant and still wait): the ticket is taken before the request enters the
-lock, so this is a statistic, not a check.
+does not end its hold); conflicts with a stolen-from holder are excused.
+FIFO order is only sampled (waiters that took a ticket well before a grant
+and still wait): the ticket is taken before the request enters the lock, so
+this is a statistic, not a check.
 
 Any violation: the messages are printed, the table and check file are kept
 (their path is printed) and the exit status is 1. SHMLOCKS_FAULT=break-exclusion
