@@ -246,15 +246,36 @@ func TestCheckerHandoffAndReapWatch(t *testing.T) {
 	require.Zero(t, n, msgs)
 }
 
+// TestRegionViolationMessages: the counts are exact; the first messages of
+// each kind are kept (a flood of one kind does not hide another), up to
+// maxMessages, each cut to its slot.
 func TestRegionViolationMessages(t *testing.T) {
 	r := testRegion(t, 1, 1, 1)
 	for i := 0; i < maxMessages+5; i++ {
 		r.Violation(strings.Repeat("x", 300))
 	}
+	r.violation(kindExec, "later, of another kind")
 	n, msgs := r.Violations()
-	require.Equal(t, maxMessages+5, n)
-	require.Len(t, msgs, maxMessages)
+	require.Equal(t, maxMessages+6, n)
+	require.Len(t, msgs, perKindKept+1)
 	require.Len(t, msgs[0], messageSize-4)
+	require.Equal(t, "exec: later, of another kind", msgs[perKindKept])
+	for k := 0; k < numKinds; k++ {
+		for i := 0; i < maxMessages; i++ {
+			r.violation(k, "m")
+		}
+	}
+	_, msgs = r.Violations()
+	require.Len(t, msgs, maxMessages)
+	require.Equal(t, maxMessages+6+numKinds*maxMessages, r.kindCount(kindOther)+func() int {
+		s := 0
+		for k := 0; k < numKinds; k++ {
+			if k != kindOther {
+				s += r.kindCount(k)
+			}
+		}
+		return s
+	}())
 }
 
 func TestParseHold(t *testing.T) {

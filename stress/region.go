@@ -21,7 +21,8 @@ import (
 
 const (
 	regionMagic   = "SHMLSTR2"
-	maxMessages   = 16  // violation messages kept (the count is exact)
+	maxMessages   = 24  // violation messages kept (the counts are exact)
+	perKindKept   = 4   // of which at most this many per kind (the first ones)
 	messageSize   = 256 // bytes per message, including its 4-byte length
 	stealRingSize = 8   // recent steal tokens kept per name
 	maxKinds      = 16  // violation kinds counted (kindNames)
@@ -40,6 +41,7 @@ const (
 	rhRecords    = 48                          // uint32: hold records per goroutine
 	rhPositions  = 52                          // uint32: process positions
 	rhLockNames  = 56                          // uint32: lock names (the first entries)
+	rhKept       = 60                          // uint32: violation messages kept
 	rhKinds      = 64                          // [maxKinds]uint64: violations per kind
 	rhFeatKills  = rhKinds + 8*maxKinds        // [maxFeatures]uint64: kills per feature
 	rhExecKills  = rhFeatKills + 8*maxFeatures // [4]uint64: exec kills per target (execKill*)
@@ -304,11 +306,15 @@ func (r *Region) positionSlot(pos int) int {
 // Violation records a violation message of kind "other".
 func (r *Region) Violation(msg string) { r.violation(kindOther, msg) }
 
-// violation records a violation message of a kind (the first maxMessages
-// messages are kept; the counts are exact).
+// violation records a violation message of a kind. The counts are exact;
+// the first perKindKept messages of each kind are kept, maxMessages in all,
+// so that a flood of one kind does not hide the first of another.
 func (r *Region) violation(kind int, msg string) {
-	atomic.AddUint64(r.u64(rhKinds+8*kind), 1)
-	n := atomic.AddUint64(r.u64(rhViolations), 1)
+	atomic.AddUint64(r.u64(rhViolations), 1)
+	if atomic.AddUint64(r.u64(rhKinds+8*kind), 1) > perKindKept {
+		return
+	}
+	n := atomic.AddUint32(r.u32(rhKept), 1)
 	if n > maxMessages {
 		return
 	}
@@ -326,8 +332,9 @@ func (r *Region) violation(kind int, msg string) {
 // Violations returns the number of violations and the messages kept.
 func (r *Region) Violations() (int, []string) {
 	n := int(atomic.LoadUint64(r.u64(rhViolations)))
+	kept := min(int(atomic.LoadUint32(r.u32(rhKept))), maxMessages)
 	var msgs []string
-	for i := 0; i < n && i < maxMessages; i++ {
+	for i := 0; i < kept; i++ {
 		off := rhMessages + i*messageSize
 		l := atomic.LoadUint32(r.u32(off))
 		if l&(1<<31) == 0 {
