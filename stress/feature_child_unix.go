@@ -126,7 +126,9 @@ func children(fctx context.Context, m *manager.Manager, wc *workerConfig, r *Reg
 					if plan.nested[k] {
 						nested(cctx, m, wc, r, c, g, k, cq, plan.nmodes[k], st)
 					}
-					if mode == modeExclusive {
+					// A grant stolen from ends its children as a loss: their
+					// sections are fenced off, as the name's counter's are.
+					if mode == modeExclusive && !parent.stolen() {
 						if now := section.Load(); now != v {
 							c.violation(kindChild, "exclusive children of one grant overlapped on %s (token %d): the grant's section counter changed from %d to %d during an exclusive child's section",
 								nameOf(parent.name), parent.token, v, now)
