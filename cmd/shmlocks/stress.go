@@ -100,7 +100,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Table, "table", "", "table file (default: a fresh file in a temporary directory; \"default\": the default table location below)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary table and check file")
 	fs.BoolVar(&cfg.HandOver, "handover", false, "shmlocks workers open with OpenOptions.HandOver (a release yields the P to the sibling it granted; off by default)")
-	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL this many processes per second, each feature in turn (a killed worker is replaced at once)")
+	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL this many processes per second, each time of the feature killed least so far (a killed worker is replaced at once)")
 	features := fs.String("features", "", "what the worker processes do, one feature per process in turn: plain, exec, child, coalesce, all (AcquireAll), or every (default: every with --chaos on shmlocks, else plain)")
 	backends := fs.String("backend", "shmlocks", "shmlocks, flock, or both comma-separated (run one after the other, reported side by side)")
 	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s)")
