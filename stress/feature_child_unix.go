@@ -208,7 +208,8 @@ func staleRequest(fctx context.Context, m *manager.Manager, r *Region, c *Checke
 	q.Granted(l.Token())
 	q.Release()
 	if err := l.Release(); err != nil && !errors.Is(err, manager.ErrStolen) {
-		r.addStat(c.slot, slErrors, 1)
-		st.addErr("release of a grant through an ended grant's ctx: " + err.Error())
+		// Its own grant cannot have been released by anyone else: it was
+		// made a child of another grant.
+		c.violation(kindChild, "release of a grant on %s made with the ctx of an ended grant: %v", nameOf(name), err)
 	}
 }
