@@ -39,6 +39,7 @@ func (s *supervisor) chaos(ctx context.Context) {
 		feats = []string{FeaturePlain}
 	}
 	order := append([]string(nil), feats...)
+	start, sent := time.Now(), 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -49,15 +50,22 @@ func (s *supervisor) chaos(ctx context.Context) {
 			return
 		}
 		s.collectReaps()
-		// The feature killed least so far goes first (an exec command is
-		// not always running when its turn comes).
-		slices.SortStableFunc(order, func(a, b string) int {
-			return s.r.featureKills(featureIndex(a)) - s.r.featureKills(featureIndex(b))
-		})
-		for _, f := range order {
-			if s.chaosOne(rng, f) {
-				break
+		// Kills owed at this rate since the start: a tick that came late (a
+		// replacement is slow to start on a busy machine) is made up, a few
+		// at a time.
+		owed := min(int(time.Since(start).Seconds()*s.cfg.Chaos)-sent, 4)
+		for ; owed > 0; owed-- {
+			// The feature killed least so far goes first (an exec command
+			// is not always running when its turn comes).
+			slices.SortStableFunc(order, func(a, b string) int {
+				return s.r.featureKills(featureIndex(a)) - s.r.featureKills(featureIndex(b))
+			})
+			for _, f := range order {
+				if s.chaosOne(rng, f) {
+					break
+				}
 			}
+			sent++ // a tick without a victim is not made up
 		}
 	}
 }
