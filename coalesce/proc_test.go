@@ -41,7 +41,7 @@ import (
 //	go TAG              -> releases a blocked fn
 //	pause POINT         -> at crash point POINT: says "paused POINT", waits for "resume"
 //	crash POINT         -> at crash point POINT: SIGKILLs itself
-//	refreshround K G DIR -> seed_tokenrefresh_test.go
+//	refreshround K G DIR WANT401 -> seed_tokenrefresh_test.go
 //
 // A watchdog makes a stuck child exit with a message instead of hanging
 // the test.

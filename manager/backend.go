@@ -128,26 +128,18 @@ func (m *Manager) acquireBackend(ctx context.Context, name string, opts RequestO
 	return nil
 }
 
-// requestBackend is Request on a backend. Its Locks are not pooled (a grant
-// already costs a round trip to the backend).
+// requestBackend is Request on a backend.
 func (m *Manager) requestBackend(ctx context.Context, name string, opts RequestOptions,
 	fn func(ctx context.Context, l *Lock) error) error {
-	l := new(Lock)
+	g := new(grant)
+	l := &g.Lock
 	if err := m.acquireBackend(ctx, name, opts, &l); err != nil {
 		if errors.Is(err, ErrNotAvailable) {
 			return fn(ctx, nil)
 		}
 		return err
 	}
-	lc := &l.extension().ctx
-	*lc = lockCtx{l: l, parent: ctx}
-	ferr := fn(lc, l)
-	lc.finish()
-	rerr := l.Release()
-	if rerr == nil || errors.Is(rerr, ErrReleased) {
-		return ferr
-	}
-	return errors.Join(rerr, ferr)
+	return g.run(ctx, fn)
 }
 
 // releaseBackend gives up the backend grant of l, whose state word was word
@@ -199,7 +191,7 @@ func (m *Manager) queryBackend(ctx context.Context) (Snapshot, error) {
 	return snap, nil
 }
 
-// tableOnly is nil on the table backend and, on a Manager made by
+// tableOnly is nil on the table backend (errNeverOpened on a zero Manager) and, on a Manager made by
 // NewBackendManager, ErrClosed once closed, else ErrNotSupported naming op:
 // the capabilities that live in the table file (watch lists, the wait-for
 // graph, the table's statistics, and the record stores of the packages built
@@ -208,6 +200,9 @@ func (m *Manager) queryBackend(ctx context.Context) (Snapshot, error) {
 // Close work on every backend.
 func (m *Manager) tableOnly(op string) error {
 	if m.be == nil {
+		if m.t == nil {
+			return errNeverOpened
+		}
 		return nil
 	}
 	if m.closed.Load() {

@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"fmt"
-	"io"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -159,8 +158,8 @@ func BenchmarkDrainSameName(b *testing.B) {
 }
 
 // BenchmarkQuery10k: with 10,000 locks held (by another Manager), the cost
-// of Query, of a read-only Snapshot (what `shmlocks dump --json` reads) and
-// of the text rendering (what `shmlocks dump` prints), each on its own.
+// of Query and of a read-only Snapshot (what `shmlocks dump` reads; the
+// dump's rendering is measured in cmd/shmlocks, BenchmarkDump10k).
 func BenchmarkQuery10k(b *testing.B) {
 	const held = 10_000
 	path := filepath.Join(b.TempDir(), "query.tbl")
@@ -192,14 +191,6 @@ func BenchmarkQuery10k(b *testing.B) {
 			h, _, err := ro.Snapshot(nil)
 			if err != nil || len(h) != held {
 				b.Fatalf("snapshot: %d held, %v", len(h), err)
-			}
-		}
-	})
-	b.Run("Render", func(b *testing.B) {
-		now := time.Now()
-		for i := 0; i < b.N; i++ {
-			if err := ro.Render(io.Discard, now); err != nil {
-				b.Fatal(err)
 			}
 		}
 	})

@@ -21,8 +21,8 @@ import (
 // processes it started in its group (docs/cli.md). A process that leaves
 // the group (setsid, setpgid) no longer keeps the lock.
 func (m *Manager) SetCoOwner(pgid int) error {
-	if m.a == nil {
-		return ErrClosed
+	if m.t == nil && m.be == nil {
+		return errNeverOpened
 	}
 	if m.be != nil {
 		return fmt.Errorf("co-owner process group %d: %w by this backend", pgid, ErrNotSupported)

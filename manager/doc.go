@@ -69,17 +69,20 @@
 // docs/multi-and-deadlock.md.
 //
 // Waiting goroutines do not hold OS threads: 5,000 waiters in one process
-// use a handful. Every grant gets a Lock of its own, so that a stale handle
-// can never release a later grant: Request reuses pooled Locks (nothing can
-// reach one after its callback returns), and Acquire, inlined into its
-// caller, lets the compiler put the Lock on the caller's stack when the
-// handle does not outlive the caller's frame (no heap allocation), else it
-// is one 64-byte heap object. Release retains nothing; Lost registers the
-// Lock with the bell loop, so a caller that calls Lost gets a heap Lock.
+// use a handful. Every grant gets a Lock of its own, never reused, so that a
+// stale handle (or ctx) can never release (or carry) a later grant: Request
+// allocates its Lock together with fn's ctx (one 80-byte object, which fn
+// may keep), and Acquire, inlined into its caller, lets the compiler put the
+// Lock on the caller's stack when the handle does not outlive the caller's
+// frame (no heap allocation), else it is one 64-byte heap object. Release
+// retains nothing; Lost registers the Lock with the bell loop, so a caller
+// that calls Lost gets a heap Lock.
 //
 // WithLock (and the ctx of Request's fn) makes a request on a lock the caller
 // already holds a child grant instead of a self-deadlock, and an upgrade
-// ErrWouldDeadlock. See docs/coalesce.md.
+// ErrWouldDeadlock. Children of one grant exclude each other as requests of
+// the name do, and end (as a loss) before their parent's release gives the
+// name up. See docs/multi-and-deadlock.md §3.
 //
 // Features built on the Manager are packages beside it, as singleflight
 // sits beside sync: github.com/shmlocks/shmlocks/coalesce runs idempotent

@@ -188,8 +188,10 @@ func osThreads(t testing.TB) int {
 	return 0
 }
 
-// The Request form makes no heap allocation on the uncontended path.
-func TestRequestAllocatesNothing(t *testing.T) {
+// The Request form makes one heap allocation on the uncontended path: its
+// grant (fn's Lock and ctx, fnctx.go), which fn may keep, so it is never
+// pooled. Acquire makes at most the Lock.
+func TestRequestAllocatesOneGrant(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
@@ -202,7 +204,7 @@ func TestRequestAllocatesNothing(t *testing.T) {
 			panic(err)
 		}
 	})
-	require.Zero(t, allocs)
+	require.Equal(t, 1.0, allocs)
 	allocs = testing.AllocsPerRun(1000, func() {
 		l, err := m.Acquire(ctx, "alloc", RequestOptions{})
 		if err != nil {

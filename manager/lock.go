@@ -6,62 +6,77 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/shmlocks/shmlocks/table"
 )
 
-// Lock states, in the low bits of Lock.state; the bits above stateBits
-// count the Lock's incarnations. Request reuses Lock objects, and the bell
-// loop may still hold a pointer to a Lock that was released and granted
-// again: it only ever changes a Lock by a CAS on the exact (incarnation,
-// state) word it validated, so it can never touch a later incarnation.
+// Lock states, in the low bits of Lock.state. A Lock serves one grant and
+// is never reused (a handle, or a ctx that carries it, may be kept by user
+// code for as long as it likes: it must never come to mean a later grant),
+// so the bits above stateBits only ever hold 1. The bell loop changes a
+// Lock only by a CAS on the (held) word it validated.
 const (
 	lockHeld     = 1 + iota // granted, not yet released
 	lockReleased            // released by its holder
 	lockClosed              // released by Close
 	lockStolen              // stolen or reaped while held
 
-	stateMask      = 0x0f // the lock state
-	flagRegistered = 0x10 // in m.held, so that the bell loop closes lost when it is taken away
-	flagShown      = 0x20 // some incarnation was registered: the bell loop may still read the word (kept by init)
-	flagChild      = 0x40 // a child grant of a reentrant request (reentrant.go): nothing in the table
-	flagBackend    = 0x80 // a grant of a Backend (in ext.bk), not of the table: never registered
-	stateBits      = 8
+	stateMask      = 0x0f
+	flagRegistered = 0x10  // in m.held, so that the bell loop closes lost when it is taken away
+	flagKids       = 0x20  // some request was made a child of this grant (reentrant.go): its end ends them
+	flagChild      = 0x40  // a child grant of a reentrant request (reentrant.go): nothing in the table
+	flagBackend    = 0x80  // a grant of a Backend (in ext.bk), not of the table: never registered
+	flagCtx        = 0x100 // the ctx of Request's fn has a Done channel (ext.ctxDone): its end closes it
+	stateBits      = 12
+	heldWord       = 1<<stateBits | lockHeld // the state word of a new grant
 )
 
 // Lock is a granted request. A Lock obtained in Request's callback must not
-// be used after the callback returns.
+// be used after the callback returns: its Release then reports ErrReleased
+// (or the loss) and touches nothing else.
 //
-// Acquire makes one Lock per grant (a handle must never alias a later
-// grant), on its caller's stack when it can (see Acquire), else on the heap,
-// so the Lock is kept to one 64-byte size class: what only Lost and
-// Request's context use lives in ext, allocated on first use.
+// Every grant gets a Lock of its own (a stale handle must never alias a
+// later grant): Acquire's on its caller's stack when it can (see Acquire),
+// else on the heap, so the Lock is kept to one 64-byte size class; what only
+// Lost, Request's context and child grants use lives in ext, allocated on
+// first use.
 type Lock struct {
 	m     *Manager
 	name  string
 	token uint64
-	state atomic.Uint64 // incarnation<<stateBits | flagShown? | flagRegistered? | lock state
-	ref   table.Ref
+	state atomic.Uint64 // 1<<stateBits | flags | lock state
+	ref   table.Ref     // the table grant (of a child: its outermost grant's)
 	mode  uint8
 	ext   atomic.Pointer[lockExt]
 }
 
-// lockExt is the part of a Lock that Lost and Request's context need.
+// lockExt is the part of a Lock that Lost, Request's context and child
+// grants need. A child grant's lockExt is its identity on the heap (the
+// child's Lock may live on its caller's stack): its parent's bookkeeping
+// points to it, never to the Lock.
 type lockExt struct {
 	mu   sync.Mutex
-	lost chan struct{} // created lazily by Lost or the Request context
-	ctx  lockCtx       // Request's context for fn (a pooled Lock keeps it)
+	lost chan struct{} // created lazily by Lost or fn's ctx (mu)
+	fn   *fnCtx        // the ctx of Request's fn, once its Done was asked for: cancelled at a loss (mu)
 	bk   *backendGrant // the grant, on a Manager made by NewBackendManager
 
-	// Reentrancy (reentrant.go). Of a child grant: its outer grant and that
-	// grant's incarnation (written before the child is published). Of an
-	// outer grant: how many children of incarnation nestedInc are held (mu).
-	parent    *Lock
-	parentInc uint64
-	nested    int
-	nestedInc uint64
+	// Child grants (reentrant.go). Of a child: the grant it is a child of
+	// and its mode (both written before the child is published), and,
+	// once that grant ended while the child was held, why (gone: the
+	// parent's end, lockReleased, lockStolen or lockClosed). Of a grant
+	// that has children: their bookkeeping (mu).
+	parent *Lock
+	mode   Mode
+	gone   atomic.Uint64
+	kids   *kinship
+
+	// The state of the ctx of Request's fn (fnctx.go), made when its Done
+	// is asked for or it first reports an error (mu).
+	ctxDone     chan struct{}
+	ctxErr      error // set once: then ctxDone, if made, is closed
+	ctxStop     func() bool
+	ctxByParent bool // ctxErr is the parent's
 }
 
 // extension returns l's lockExt, creating it.
@@ -75,48 +90,80 @@ func (l *Lock) extension() *lockExt {
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// init makes pooled Lock l (Request's) a fresh held lock: a new incarnation.
-// Only the state word is read by other goroutines, so the other fields are
-// written plainly.
-func (l *Lock) init(m *Manager, name string, mode Mode, ref table.Ref, token uint64) {
-	l.m, l.name, l.mode, l.ref, l.token = m, name, uint8(mode), ref, token
-	if e := l.ext.Load(); e != nil {
-		e.lost = nil
-	}
-	word := l.state.Load()
-	next := (word>>stateBits+1)<<stateBits | word&flagShown | lockHeld
-	if word&flagShown == 0 {
-		// No incarnation of l was ever registered, so the bell loop and
-		// Close never had a pointer to it: nobody else reads this word now
-		// (a Lock from Request is not used after its callback returned).
-		*(*uint64)(unsafe.Pointer(&l.state)) = next
-		return
-	}
-	l.state.Store(next)
-}
-
 func (l *Lock) st() uint64 { return l.state.Load() & stateMask }
 
-// Name returns the lock's name.
-func (l *Lock) Name() string { return l.name }
+// heldNow reports whether l's grant is held: granted, not released, not
+// taken away, and, for a child grant, its parent has not ended.
+func (l *Lock) heldNow() bool {
+	w := l.state.Load()
+	if w&stateMask != lockHeld {
+		return false
+	}
+	if w&flagChild != 0 {
+		return l.ext.Load().gone.Load() == 0
+	}
+	return true
+}
+
+// lostNow reports whether l's grant was taken away: stolen, reaped,
+// released by Close, lost by its backend, or, for a child grant, ended with
+// its parent.
+func (l *Lock) lostNow() bool {
+	w := l.state.Load()
+	if st := w & stateMask; st == lockStolen || st == lockClosed {
+		return true
+	}
+	switch {
+	case w&flagChild != 0:
+		return l.ext.Load().gone.Load() != 0
+	case w&flagBackend != 0:
+		return l.ext.Load().bk.lostNow()
+	}
+	return false
+}
+
+// Name returns the lock's name ("" for a nil or zero Lock).
+func (l *Lock) Name() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
 // Mode returns the lock's mode.
-func (l *Lock) Mode() Mode { return Mode(l.mode) }
+func (l *Lock) Mode() Mode {
+	if l == nil {
+		return Exclusive
+	}
+	return Mode(l.mode)
+}
 
 // Token returns the fencing token of this grant: strictly increasing per
 // name, across agents, deaths, steals and reuse of table entries, for the
-// life of the file.
-func (l *Lock) Token() uint64 { return l.token }
+// life of the file. A child grant has its outermost grant's token.
+func (l *Lock) Token() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
 // Lost returns a channel that is closed when the lock is stolen or
-// otherwise taken away (reaped, or released by Close).
+// otherwise taken away (reaped, released by Close; for a child grant, also
+// when the grant it is a child of ends). A nil or zero Lock, which holds
+// nothing, returns a closed channel.
 func (l *Lock) Lost() <-chan struct{} {
-	if e := l.ext.Load(); e != nil && e.parent != nil {
-		// A child grant is lost with its outer grant.
-		if !e.parentHeld() {
-			return closedChan
-		}
-		return e.parent.Lost()
+	if l == nil || l.m == nil {
+		return closedChan
+	}
+	if l.state.Load()&flagChild != 0 {
+		// A child's loss is decided by its parent's end (reentrant.go);
+		// the outermost grant is watched since the first child came.
+		e := l.ext.Load()
+		e.mu.Lock()
+		c := e.lostChan(e.gone.Load() != 0)
+		e.mu.Unlock()
+		return c
 	}
 	e := l.extension()
 	e.mu.Lock()
@@ -133,8 +180,15 @@ func (l *Lock) Lost() <-chan struct{} {
 // closes the channel if it finds e; if it did not, the state word read here
 // already says lost.
 func (l *Lock) lostLocked(e *lockExt) chan struct{} {
+	st := l.st()
+	return e.lostChan(st == lockStolen || st == lockClosed)
+}
+
+// lostChan returns e's lost channel, creating it (e.mu held): closedChan
+// if lost already and none was made.
+func (e *lockExt) lostChan(lost bool) chan struct{} {
 	if e.lost == nil {
-		if st := l.st(); st == lockStolen || st == lockClosed {
+		if lost {
 			return closedChan
 		}
 		e.lost = make(chan struct{})
@@ -147,29 +201,32 @@ func (l *Lock) lostLocked(e *lockExt) chan struct{} {
 // itself, in case that happened before the registration.
 func (l *Lock) watch() {
 	word := l.state.Load()
-	if word&stateMask != lockHeld || word&(flagRegistered|flagBackend) != 0 {
-		if word&flagBackend != 0 {
-			l.ext.Load().bk.watch() // a backend closes its grants' lost channels itself
+	for {
+		if word&stateMask != lockHeld || word&(flagRegistered|flagBackend|flagChild) != 0 {
+			if word&flagBackend != 0 {
+				l.ext.Load().bk.watch() // a backend closes its grants' lost channels itself
+			}
+			return
 		}
-		return
+		m := l.m
+		if !m.enter() {
+			l.markLost(word, lockClosed)
+			return
+		}
+		if l.state.CompareAndSwap(word, word|flagRegistered) {
+			break
+		}
+		m.leave()
+		word = l.state.Load() // a flag set meanwhile (flagKids), or released
 	}
 	m := l.m
-	if !m.enter() {
-		l.markLost(word, lockClosed)
-		return
-	}
 	defer m.leave()
 	// A fault on the mapping (the file truncated under us) leaves l
 	// registered: the bell loop's scans, guarded too, keep looking.
 	var fault error
 	defer table.EndGuard(table.BeginGuard(), &fault, m.faultFn)
-	// flagShown is set before the bell loop can see l, and init keeps it.
-	reg := word | flagRegistered | flagShown
-	if !l.state.CompareAndSwap(word, reg) {
-		return
-	}
 	e := m.held.store(l.ref.Slot, l.ref.Serial, l)
-	if l.state.Load() != reg {
+	if l.st() != lockHeld {
 		// Released (or lost) between the CAS and the Store, too early for
 		// Release to unregister it: do it here.
 		m.held.dropEntry(l.ref.Slot, e)
@@ -178,12 +235,18 @@ func (l *Lock) watch() {
 	m.loseIfGone(l.ref.Slot, e)
 }
 
-// markLost moves the incarnation whose state word is word from held to to
-// (lockStolen or lockClosed) and closes its channels. It does nothing if l
-// has moved on (released, or another incarnation).
+// markLost moves l, whose state word was word, from held to to (lockStolen
+// or lockClosed), closes its lost channel, cancels its fn's ctx and ends
+// its children. It does nothing if l is no longer held.
 func (l *Lock) markLost(word, to uint64) bool {
-	if word&stateMask != lockHeld || !l.state.CompareAndSwap(word, word&^stateMask|to) {
-		return false
+	for {
+		if word&stateMask != lockHeld {
+			return false
+		}
+		if l.state.CompareAndSwap(word, word&^stateMask|to) {
+			break
+		}
+		word = l.state.Load() // a flag set meanwhile
 	}
 	e := l.ext.Load()
 	if e == nil {
@@ -195,34 +258,38 @@ func (l *Lock) markLost(word, to uint64) bool {
 	} else {
 		e.lost = closedChan
 	}
+	fn := e.fn
 	e.mu.Unlock()
+	if fn != nil {
+		fn.cancel(context.Canceled, false)
+	}
+	if word&flagKids != 0 {
+		e.endKids(to)
+	}
 	return true
 }
 
 // Release releases the lock. A second Release, or one after the lock was
 // stolen or released by Close, returns an error (ErrReleased, ErrStolen or
-// ErrClosed) and never touches another holder's grant.
+// ErrClosed) and never touches another holder's grant. Releasing a grant
+// that has child grants (see WithLock) first ends each of them as a loss.
+// Releasing the Lock of Request's fn ends fn's ctx.
 func (l *Lock) Release() error {
 	if l == nil || l.m == nil {
 		return fmt.Errorf("%w: nil lock", ErrReleased)
 	}
 	word := l.state.Load()
-	if word&stateMask != lockHeld || !l.state.CompareAndSwap(word, word&^stateMask|lockReleased) {
-		return l.notHeldErr()
+	for {
+		if word&stateMask != lockHeld {
+			return l.notHeldErr()
+		}
+		if l.state.CompareAndSwap(word, word&^stateMask|lockReleased) {
+			break
+		}
+		word = l.state.Load() // a flag set meanwhile (Lost, a first child)
 	}
-	if word&flagChild != 0 {
-		return l.releaseChild()
-	}
-	return l.release(word)
-}
-
-// releaseOwn is Release by Request once its callback has returned: if l was
-// never registered (nothing but this goroutine can reach it any more), the
-// state word needs no CAS; it is left as it is, and a failed release sets it.
-func (l *Lock) releaseOwn() error {
-	word := l.state.Load()
-	if word&(stateMask|flagRegistered|flagChild) != lockHeld {
-		return l.Release()
+	if word&(flagChild|flagKids|flagCtx) != 0 {
+		return l.releaseKin(word)
 	}
 	return l.release(word)
 }
@@ -273,7 +340,11 @@ func (l *Lock) release(word uint64) error {
 	default:
 		// The table could not be updated (a bucket latch held too long by a
 		// live process, or corruption): the lock is still ours; keep it
-		// releasable so that the caller can retry.
+		// releasable so that the caller can retry. Its children were ended
+		// (the holder meant to release it); new ones may come again.
+		if word&flagKids != 0 {
+			(*lockExt)(*(*unsafe.Pointer)(unsafe.Pointer(&l.ext))).reopenKids()
+		}
 		l.state.Store(word)
 		m.held.restore(l.ref.Slot, reg)
 		m.noteErr("release", err)
@@ -304,97 +375,4 @@ func (l *Lock) notHeldErr() error {
 		return fmt.Errorf("release %q: %w", l.name, ErrClosed)
 	}
 	return fmt.Errorf("release %q: %w", l.name, ErrReleased)
-}
-
-// lockCtx is the context passed to Request's callback: its parent's values
-// and deadline, cancelled when the parent is or when the lock is lost. It
-// allocates nothing unless Done is called. It lives in its Lock's lockExt,
-// whose mu guards it.
-type lockCtx struct {
-	l      *Lock
-	parent context.Context
-	done   chan struct{}
-	stop   func() bool
-	fire   func()
-	armed  atomic.Bool // Done was called: finish has something to undo
-	inc    uint64      // l's incarnation during fn (the grant this ctx carries, reentrant.go)
-}
-
-func (c *lockCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
-
-// Value answers the reentrancy key (reentrant.go) and the deadlock
-// detector's key (multi.go) with c itself: it carries its lock. Any other
-// key goes to its parent.
-func (c *lockCtx) Value(key any) any {
-	switch key.(type) {
-	case heldKey, carriedKey:
-		return c
-	}
-	return c.parent.Value(key)
-}
-
-func (c *lockCtx) Err() error {
-	if st := c.l.st(); st == lockStolen || st == lockClosed {
-		return context.Canceled
-	}
-	if e := c.l.ext.Load(); e != nil && e.bk != nil && e.bk.lostNow() {
-		return context.Canceled
-	}
-	return c.parent.Err()
-}
-
-func (c *lockCtx) Done() <-chan struct{} {
-	l := c.l
-	e := l.ext.Load()
-	e.mu.Lock()
-	done := c.doneLocked(e)
-	e.mu.Unlock()
-	if done != closedChan {
-		l.watch() // without e.mu: watch may close the lost channel itself
-	}
-	return done
-}
-
-func (c *lockCtx) doneLocked(e *lockExt) chan struct{} {
-	if c.done != nil {
-		return c.done
-	}
-	lost := c.l.lostLocked(e)
-	if lost == closedChan {
-		return closedChan
-	}
-	if c.parent.Done() == nil {
-		c.done = lost
-		return c.done
-	}
-	c.done = make(chan struct{})
-	done := c.done
-	var once sync.Once
-	fire := func() { once.Do(func() { close(done) }) }
-	c.fire = fire
-	c.stop = context.AfterFunc(c.parent, fire)
-	c.armed.Store(true)
-	go func() {
-		select {
-		case <-lost:
-			fire()
-		case <-done:
-		}
-	}()
-	return c.done
-}
-
-// finish detaches the context from its parent when Request returns.
-func (c *lockCtx) finish() {
-	if !c.armed.Load() {
-		return // Done was never called with a cancellable parent: nothing to undo
-	}
-	e := c.l.ext.Load()
-	e.mu.Lock()
-	stop, fire := c.stop, c.fire
-	e.mu.Unlock()
-	if stop != nil {
-		stop()
-		fire() // so the helper goroutine exits
-	}
 }

@@ -143,8 +143,6 @@ type Manager struct {
 	agents    atomic.Int32 // live agents on the table, as of cpuAt (waitpolicy.go)
 	turnState              // who yields the P at a release (turns.go)
 
-	pool sync.Pool // *Lock for Request
-
 	stats *stats   // nil unless OpenOptions.Stats; written once by Open
 	log   eventLog // OpenOptions.Logger (events.go)
 }
@@ -204,7 +202,6 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		dones:    map[<-chan struct{}]*doneWatch{},
 		clientID: ClientIDOf(nonce),
 	}
-	m.pool.New = func() any { return new(Lock) }
 	m.log.l, m.log.path = o.Logger, path
 	if m.log.l == nil {
 		m.log.l = discard
@@ -250,6 +247,13 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	return m, nil
 }
 
+// errNeverOpened is what every method of a zero Manager (not made by Open
+// or NewBackendManager) returns.
+var errNeverOpened = fmt.Errorf("%w: the Manager was never opened (make one with Open)", ErrClosed)
+
+// unopened reports whether m is a zero Manager.
+func (m *Manager) unopened() bool { return m.t == nil && m.be == nil }
+
 func orDefault(v, d int) int {
 	if v == 0 {
 		return d
@@ -271,6 +275,9 @@ func (m *Manager) Agent() *table.Agent { return m.a }
 
 // Check runs the table's consistency checker on the live table.
 func (m *Manager) Check() error {
+	if m.unopened() {
+		return errNeverOpened
+	}
 	if !m.enter() {
 		return ErrClosed
 	}
@@ -297,8 +304,12 @@ func (m *Manager) leave() { m.inflight.Add(-1) }
 // Close releases every lock the Manager holds (their Lost channels close and
 // a later Release returns an error), aborts its pending requests with
 // ErrClosed, deregisters the agent and unmaps the table. A second Close
-// returns nil.
+// returns nil. Close of a zero Manager (never opened) returns an error
+// matching ErrClosed.
 func (m *Manager) Close() error {
+	if m.unopened() {
+		return errNeverOpened
+	}
 	if m.closed.Swap(true) {
 		return nil
 	}
@@ -339,13 +350,16 @@ func (m *Manager) Close() error {
 	m.watch.stop()
 	m.bell.close()
 	m.bg.Wait()
+	// The watched locks are lost before the table lets anyone else have
+	// their names: their Lost channels close, fn's ctxs are cancelled and
+	// their child grants end first.
+	m.held.takeAll(func(l *Lock) { l.markLost(l.state.Load(), lockClosed) })
 	var w table.Wakes
 	err := table.Guard(func() error {
 		err := m.t.Deregister(m.a, &w)
 		m.deliver(&w)
 		return err
 	})
-	m.held.takeAll(func(l *Lock) { l.markLost(l.state.Load(), lockClosed) })
 	// The descriptor is closed now; the mapping stays until the Manager is
 	// garbage (a cleanup registered by Open unmaps it), so that a Release
 	// racing with this Close reads valid memory: it finds its slot freed by

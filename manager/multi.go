@@ -30,23 +30,21 @@ import (
 // holds (the waiting request's ctx carries them), so a cycle with requests
 // that take the same names in another order is found and broken.
 
-// carriedKey is the context key under which a ctx says which locks the task
-// making a request with it holds: Request's callback ctx (lockCtx), the
-// callback ctx of RequestAll and the ctx AcquireAll passes to its later
-// requests. The deadlock detector follows the wait-for graph from those
-// holds to the request (deadlock.go).
+// carriedKey is the context key under which a ctx says which grants the
+// task making a request with it holds: Request's callback ctx (fnCtx),
+// WithLock's ctx, the callback ctx of RequestAll and the ctx AcquireAll
+// passes to its later requests. A request on a name one of them holds is a
+// child of it (reentrant.go); the deadlock detector follows the wait-for
+// graph from those holds to the request (deadlock.go).
 type carriedKey struct{}
 
-// holdsCarrier is what ctx.Value(carriedKey{}) returns: some held locks,
-// and the ctx to look further up in (which may carry more). WithLock's ctx
-// is one too (reentrant.go), so a cycle through handles passed along with
-// WithLock is found.
+// holdsCarrier is what ctx.Value(carriedKey{}) returns: some grants
+// (carried(i), nil past the last), and the ctx to look further up in
+// (carrier, which may carry more).
 type holdsCarrier interface {
-	carriedLocks() (locks []*Lock, parent context.Context)
+	carried(i int) *Lock
+	carrier() context.Context
 }
-
-func (c *lockCtx) carriedLocks() ([]*Lock, context.Context)  { return []*Lock{c.l}, c.parent }
-func (c *withLock) carriedLocks() ([]*Lock, context.Context) { return []*Lock{c.l}, c.Context }
 
 // carriedSet is the carrier of AcquireAll's and RequestAll's contexts.
 type carriedSet struct {
@@ -54,7 +52,14 @@ type carriedSet struct {
 	parent context.Context
 }
 
-func (s *carriedSet) carriedLocks() ([]*Lock, context.Context) { return s.locks, s.parent }
+func (s *carriedSet) carried(i int) *Lock {
+	if i < len(s.locks) {
+		return s.locks[i]
+	}
+	return nil
+}
+
+func (s *carriedSet) carrier() context.Context { return s.parent }
 
 // carriedCtx is ctx carrying s.
 type carriedCtx struct {
@@ -69,8 +74,11 @@ func (c carriedCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// carriedRefs returns the table references of the locks that ctx says its
-// task holds, still held (at most 64 ctx levels are followed).
+// carriedRefs returns the table references of the grants that ctx says its
+// task holds now (a child grant stands for its outermost grant's hold; at
+// most 64 ctx levels are followed). A grant that has ended is not among
+// them: a Lock serves one grant, and the table tags a hold only if the
+// slot still holds that grant (its serial).
 func carriedRefs(ctx context.Context) []table.Ref {
 	var refs []table.Ref
 	for depth := 0; ctx != nil && depth < 64; depth++ {
@@ -78,13 +86,16 @@ func carriedRefs(ctx context.Context) []table.Ref {
 		if !ok {
 			break
 		}
-		locks, parent := c.carriedLocks()
-		for _, l := range locks {
-			if l != nil && l.st() == lockHeld && !slices.Contains(refs, l.ref) {
+		for i := 0; ; i++ {
+			l := c.carried(i)
+			if l == nil {
+				break
+			}
+			if l.heldNow() && !slices.Contains(refs, l.ref) {
 				refs = append(refs, l.ref)
 			}
 		}
-		ctx = parent
+		ctx = c.carrier()
 	}
 	return refs
 }
@@ -163,8 +174,10 @@ func ReleaseAll(locks []*Lock) error {
 // With IfAvailable and some name not grantable at once, fn runs with
 // locks == nil and nothing held. fn's ctx is cancelled when any of the
 // locks is stolen or lost; RequestAll then returns an error matching
-// ErrStolen (joined with fn's own error). A request made with fn's ctx is
-// known to be made while holding locks (deadlock detection).
+// ErrStolen (joined with fn's own error). fn's ctx carries the locks: a
+// request made with it on one of the names is a child grant (see
+// WithLock), and is known to be made while holding them (deadlock
+// detection). It is cancelled when RequestAll returns.
 func (m *Manager) RequestAll(ctx context.Context, names []string, opts RequestOptions,
 	fn func(ctx context.Context, locks []*Lock) error) error {
 	locks, err := m.AcquireAll(ctx, names, opts)

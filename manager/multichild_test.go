@@ -222,5 +222,7 @@ func childCommand(m *Manager, f []string) {
 		if stop != nil {
 			close(stop)
 		}
+	default:
+		childGrantCommand(m, f) // childgrant_proc_test.go
 	}
 }

@@ -27,6 +27,9 @@ type LockInfo struct {
 // bucket. Dead agents are reaped first, so the snapshot shows none of them.
 func (m *Manager) Query(ctx context.Context) (Snapshot, error) {
 	snap := Snapshot{Held: []LockInfo{}, Pending: []LockInfo{}}
+	if m.unopened() {
+		return snap, errNeverOpened
+	}
 	if m.closed.Load() {
 		return snap, ErrClosed
 	}

@@ -10,7 +10,11 @@ import (
 // Child-side commands of the reentrancy tests (see proc_test.go for the
 // protocol):
 //
-//	reenter NAME MODE   -> "reentered NAME outer=TOK child=TOK nested=TOK reentries=N upgrade=KIND"
+//	reenter NAME MODE   -> "reentered NAME outer=TOK child=TOK nested=TOK reentries=N upgrade=KIND":
+//	                       outer = Acquire(NAME), child = Acquire through WithLock(outer),
+//	                       nested = a shared Request through WithLock(child) and a helper's
+//	                       Acquire with its fn's ctx; upgrade = an exclusive IfAvailable sibling
+//	                       of child
 //	releasechild NAME   -> "childreleased NAME errkind=KIND"
 //	releaseouter NAME   -> "outerreleased NAME errkind=KIND"
 var (
@@ -27,6 +31,8 @@ func errKind(err error) string {
 		return "wouldDeadlock"
 	case errors.Is(err, ErrAborted):
 		return "aborted"
+	case errors.Is(err, ErrNotAvailable):
+		return "notavailable"
 	case errors.Is(err, ErrStolen):
 		return "stolen"
 	case errors.Is(err, ErrReleased):
@@ -56,7 +62,7 @@ func childReentrant(m *Manager, f []string) {
 			return
 		}
 		var nested uint64
-		err = m.Request(lctx, name, RequestOptions{Mode: Shared}, func(ctx context.Context, l *Lock) error {
+		err = m.Request(WithLock(ctx, child), name, RequestOptions{Mode: Shared}, func(ctx context.Context, l *Lock) error {
 			// A helper that requests its caller's lock again, through
 			// the ctx it was given.
 			l2, err := m.Acquire(ctx, name, RequestOptions{Mode: Shared})
@@ -71,7 +77,7 @@ func childReentrant(m *Manager, f []string) {
 			return
 		}
 		reentries := outer.Reentries()
-		ul, uerr := m.Acquire(lctx, name, RequestOptions{})
+		ul, uerr := m.Acquire(lctx, name, RequestOptions{IfAvailable: true})
 		if uerr == nil {
 			ul.Release()
 		}

@@ -24,49 +24,45 @@ func heldCount(t *testing.T, m *Manager, name string) int {
 	return n
 }
 
-// A request through WithLock on the held name is a child grant: at once,
-// same token, counted, nothing in the table; it ends with the outer grant.
+// A request through WithLock on the held name is a child grant: same
+// token, counted, nothing in the table; a request through a ctx that
+// carries the child is a child of the child; once the outer grant is
+// released, the ctx carries nothing.
 func TestReentrantWithLock(t *testing.T) {
 	m := openM(t, tablePath(t), nil)
 	ctx := ctxT(t, eventually)
 	outer, err := m.Acquire(ctx, "x", RequestOptions{})
 	require.NoError(t, err)
 	lctx := WithLock(ctx, outer)
-	child, err := m.Acquire(lctx, "x", RequestOptions{})
-	require.NoError(t, err)
+	child, err := m.Acquire(lctx, "x", RequestOptions{IfAvailable: true})
+	require.NoError(t, err, "a covered IfAvailable request with no other child held is available")
 	require.Equal(t, outer.Token(), child.Token())
 	require.Equal(t, "x", child.Name())
-	shared, err := m.Acquire(lctx, "x", RequestOptions{Mode: Shared})
+	require.Equal(t, 1, outer.Reentries())
+	_, err = m.Acquire(lctx, "x", RequestOptions{Mode: Shared, IfAvailable: true})
+	require.ErrorIs(t, err, ErrNotAvailable, "a sibling of an exclusive child waits for it")
+	cctx := WithLock(ctx, child)
+	shared, err := m.Acquire(cctx, "x", RequestOptions{Mode: Shared})
 	require.NoError(t, err, "exclusive covers shared")
 	require.Equal(t, Shared, shared.Mode())
-	avail, err := m.Acquire(lctx, "x", RequestOptions{IfAvailable: true})
-	require.NoError(t, err, "a covered IfAvailable request is available")
-	require.Equal(t, 3, outer.Reentries())
+	avail, err := m.Acquire(cctx, "x", RequestOptions{Mode: Shared, IfAvailable: true})
+	require.NoError(t, err, "shared children together")
+	require.Equal(t, 2, child.Reentries())
+	require.Equal(t, 1, outer.Reentries(), "a child's children are the child's")
 	require.Equal(t, 1, heldCount(t, m, "x"), "children hold nothing in the table")
 	require.NoError(t, avail.Release())
 	require.ErrorIs(t, avail.Release(), ErrReleased)
 	require.NoError(t, shared.Release())
-	require.Equal(t, 1, outer.Reentries())
-	require.Equal(t, outer.Lost(), child.Lost(), "a child is lost with its outer grant")
-	// A child of a child is a child of the outer grant.
-	grand, err := m.Acquire(WithLock(ctx, child), "x", RequestOptions{})
-	require.NoError(t, err)
-	require.Equal(t, 2, outer.Reentries())
-	require.NoError(t, grand.Release())
+	require.Zero(t, child.Reentries())
 	check(t, m)
 
+	require.NoError(t, child.Release())
 	require.NoError(t, outer.Release())
-	// The child ended with the outer grant: not held, and the name is free.
 	require.ErrorIs(t, child.Release(), ErrReleased)
-	select {
-	case <-child.Lost():
-	default:
-		t.Fatal("a child of a released grant is lost")
-	}
 	l, err := m.Acquire(ctx, "x", RequestOptions{IfAvailable: true})
 	require.NoError(t, err)
 	// The old ctx carries a released grant: it changes nothing now.
-	blocked := acquireAsync(ctxT(t, quietPeriod), m, "x", RequestOptions{})
+	blocked := acquireAsync(WithLock(ctxT(t, quietPeriod), outer), m, "x", RequestOptions{})
 	r := <-blocked
 	require.ErrorIs(t, r.err, ErrAborted, "a released carried grant is not re-entered")
 	require.NoError(t, l.Release())
@@ -191,11 +187,12 @@ func TestReentrantClose(t *testing.T) {
 // deadlock, an upgrade fails at once, and once Q releases the outer grant P
 // gets the lock at once: the children kept nothing.
 //
-//	Q: reenter x exclusive     -> outer, child, nested shared: one token; upgrade covered
+//	Q: reenter x exclusive     -> outer, child, nested shared: one token; a
+//	                              second exclusive child: not available
 //	Q: reenter y shared        -> upgrade: ErrWouldDeadlock
 //	P: acquire x               -> blocks
 //	Q: releaseouter x          -> P granted
-//	Q: releasechild x          -> ErrReleased (ended with the outer grant)
+//	Q: releasechild x          -> ErrStolen (lost with the outer grant)
 func TestReentrantProcesses(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, nil)
@@ -205,7 +202,7 @@ func TestReentrantProcesses(t *testing.T) {
 	require.Equal(t, f["outer"], f["child"])
 	require.Equal(t, f["outer"], f["nested"])
 	require.Equal(t, "1", f["reentries"])
-	require.Equal(t, "none", f["upgrade"], "exclusive covers exclusive")
+	require.Equal(t, "notavailable", f["upgrade"], "a second exclusive child while one is held")
 	q.send("reenter y shared")
 	f = parseFields(q.expect("reentered y"))
 	require.Equal(t, "wouldDeadlock", f["upgrade"])
@@ -218,7 +215,7 @@ func TestReentrantProcesses(t *testing.T) {
 	require.Equal(t, "none", parseFields(q.expect("outerreleased x"))["errkind"])
 	l := mustGrant(t, p, "P after Q's outer release")
 	q.send("releasechild x")
-	require.Equal(t, "released", parseFields(q.expect("childreleased x"))["errkind"])
+	require.Equal(t, "stolen", parseFields(q.expect("childreleased x"))["errkind"])
 	require.NoError(t, l.Release())
 	check(t, m)
 }

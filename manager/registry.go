@@ -4,9 +4,9 @@ import "sync/atomic"
 
 // registry maps a request slot to the Lock registered there (a held lock
 // whose loss someone watches: see Lock.watch) with the slot serial of its
-// grant. The bell loop must not read a Lock's other fields (a Request Lock
-// may be reused meanwhile), and an entry's reserved slot serves one grant
-// after another (fast.go), so the serial is kept here, with the pointer. Few Locks are ever registered,
+// grant. The bell loop reads nothing of a Lock but its state word, and an
+// entry's reserved slot serves one grant after another (fast.go), so the
+// serial is kept here, with the pointer. Few Locks are ever registered,
 // and a table may have a million slots, so the registry is made of chunks
 // allocated on first use: the garbage collector scans the chunk pointers and
 // the chunks in use, not a pointer per slot of the table. (A flat slice of

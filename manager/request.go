@@ -23,46 +23,62 @@ type RequestOptions struct {
 // fn's ctx is cancelled when the lock is stolen or lost; Request then returns
 // an error that errors.Is(err, ErrStolen) (joined with fn's own error, if any).
 // l must not be used after fn returns.
+//
+// fn's ctx carries the grant: a request made with it on the name is a child
+// grant (see WithLock). It is done (context.Canceled) once the grant ends:
+// when Request returns (or fn releases l itself), or the lock is lost; it
+// then carries nothing.
 func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	fn func(ctx context.Context, l *Lock) error) error {
 	if m.be != nil {
 		return m.requestBackend(ctx, name, opts, fn)
 	}
-	var ref table.Ref
-	var token uint64
-	var err error
-	if m.stats == nil {
-		ref, token, err = m.acquire(ctx, name, opts)
-	} else {
-		ref, token, err = m.acquireCounted(ctx, name, opts)
-	}
-	if err != nil {
-		if r, ok := err.(*reentry); ok {
-			return m.requestChild(ctx, r, opts.Mode, fn)
+	for {
+		var ref table.Ref
+		var token uint64
+		var err error
+		if m.stats == nil {
+			ref, token, err = m.acquire(ctx, name, opts)
+		} else {
+			ref, token, err = m.acquireCounted(ctx, name, opts)
 		}
-		if errors.Is(err, ErrNotAvailable) {
-			return fn(ctx, nil)
+		if err != nil {
+			if r, ok := err.(*reentry); ok {
+				var kid *lockExt
+				kid, err = m.enterChild(ctx, r.parent, name, opts)
+				if err == errParentGone {
+					continue // ctx's grant ended first: it carries nothing now
+				}
+				if err == nil {
+					g := new(grant)
+					kid.fill(&g.Lock)
+					return g.run(ctx, fn)
+				}
+			}
+			if errors.Is(err, ErrNotAvailable) {
+				return fn(ctx, nil)
+			}
+			return err
 		}
-		return err
+		// One object per grant, never reused: fn may keep its ctx (and l).
+		g := new(grant)
+		l := &g.Lock
+		l.m, l.name, l.mode, l.ref, l.token = m, name, uint8(opts.Mode), ref, token
+		*(*uint64)(unsafe.Pointer(&l.state)) = heldWord // not yet published
+		return g.run(ctx, fn)
 	}
-	l := m.pool.Get().(*Lock)
-	l.init(m, name, opts.Mode, ref, token)
-	lc := &l.extension().ctx // allocated once per pooled Lock
-	*lc = lockCtx{l: l, parent: ctx, inc: l.state.Load() >> stateBits}
-	ferr := fn(lc, l)
-	lc.finish()
-	rerr := l.releaseOwn()
-	if rerr == nil {
-		m.pool.Put(l)
-		return ferr
+}
+
+// run runs fn with g (held) and its ctx, and releases g (which ends the
+// ctx).
+func (g *grant) run(ctx context.Context, fn func(ctx context.Context, l *Lock) error) error {
+	g.ctx.parent = ctx
+	ferr := fn(&g.ctx, &g.Lock)
+	rerr := g.Lock.Release()
+	if rerr == nil || errors.Is(rerr, ErrReleased) {
+		return ferr // released, or fn released the lock itself
 	}
-	if errors.Is(rerr, ErrReleased) {
-		// fn released the lock itself.
-		m.pool.Put(l)
-		return ferr
-	}
-	// Stolen, reaped or closed under fn: report it with fn's own error. The
-	// Lock is not reused, in case fn kept it.
+	// Stolen, reaped or closed under fn: report it with fn's own error.
 	return errors.Join(rerr, ferr)
 }
 
@@ -90,26 +106,35 @@ func (m *Manager) acquireNew(ctx context.Context, name string, opts RequestOptio
 	if m.be != nil { // the backend seam: one field load and a predictable branch
 		return m.acquireBackend(ctx, name, opts, lp)
 	}
-	var ref table.Ref
-	var token uint64
-	var err error
-	if m.stats == nil { // statistics off: one plain load (stats.go)
-		ref, token, err = m.acquire(ctx, name, opts)
-	} else {
-		ref, token, err = m.acquireCounted(ctx, name, opts)
-	}
-	if err != nil {
-		if r, ok := err.(*reentry); ok {
-			r.fill(*lp, opts.Mode) // a child grant of ctx's (reentrant.go)
-			return nil
+	for {
+		var ref table.Ref
+		var token uint64
+		var err error
+		if m.stats == nil { // statistics off: one plain load (stats.go)
+			ref, token, err = m.acquire(ctx, name, opts)
+		} else {
+			ref, token, err = m.acquireCounted(ctx, name, opts)
 		}
-		*lp = nil
-		return err
+		if err != nil {
+			if r, ok := err.(*reentry); ok {
+				var kid *lockExt
+				kid, err = m.enterChild(ctx, r.parent, name, opts)
+				if err == errParentGone {
+					continue // ctx's grant ended first: it carries nothing now
+				}
+				if err == nil {
+					kid.fill(*lp) // a child grant of ctx's (reentrant.go)
+					return nil
+				}
+			}
+			*lp = nil
+			return err
+		}
+		l := *lp
+		l.m, l.name, l.token, l.ref, l.mode = m, name, token, ref, uint8(opts.Mode)
+		*(*uint64)(unsafe.Pointer(&l.state)) = heldWord
+		return nil
 	}
-	l := *lp
-	l.m, l.name, l.token, l.ref, l.mode = m, name, token, ref, uint8(opts.Mode)
-	*(*uint64)(unsafe.Pointer(&l.state)) = 1<<stateBits | lockHeld
-	return nil
 }
 
 // validate applies the contract's order: closed, then name and options, then ctx.
@@ -120,8 +145,13 @@ func (m *Manager) validate(ctx context.Context, name string, opts RequestOptions
 	if len(name) > 0 && name[0] == '-' && !internalCtx(ctx) {
 		return fmt.Errorf("%w: lock name %q starts with '-'", ErrNotSupported, name)
 	}
-	if max := m.maxName; len(name) > max {
-		return fmt.Errorf("%w: lock name of %d bytes is longer than MaxNameLen %d", ErrNotSupported, len(name), max)
+	if max := m.maxName; len(name) > max || max == 0 {
+		if m.unopened() {
+			return errNeverOpened
+		}
+		if len(name) > max {
+			return fmt.Errorf("%w: lock name of %d bytes is longer than MaxNameLen %d", ErrNotSupported, len(name), max)
+		}
 	}
 	if opts.Mode != Exclusive && opts.Mode != Shared {
 		return fmt.Errorf("%w: mode %d", ErrNotSupported, int(opts.Mode))
@@ -140,7 +170,7 @@ func (m *Manager) validate(ctx context.Context, name string, opts RequestOptions
 
 // acquire grants or queues and waits for a request and returns its Ref and
 // fencing token; the caller makes the Lock (Acquire a new one, which the
-// compiler may keep on the caller's stack; Request a pooled one).
+// compiler may keep on the caller's stack; Request one with fn's ctx).
 func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions) (ref table.Ref, token uint64, err error) {
 	// The file may be truncated under us (the mapping then faults): the
 	// fault becomes ErrCorrupt, and the Manager stops trusting its count

@@ -57,8 +57,8 @@ func (m *Manager) pokeAll() {
 
 // scanHeld marks lost every registered lock whose slot is no longer held by
 // us. It reads nothing of a Lock but its atomic state word: the registry
-// index is the slot, and the Lock is changed only by a CAS on the
-// (incarnation, held) word that was registered at that slot.
+// index is the slot, and the Lock is changed only by a CAS on the held
+// state word it validated.
 func (m *Manager) scanHeld() { m.held.each(m.loseIfGone) }
 
 // loseIfGone marks the Lock of registration e (at slot) lost if the grant
@@ -66,8 +66,7 @@ func (m *Manager) scanHeld() { m.held.each(m.loseIfGone) }
 // Lock but its state word. The registration must still be the slot's
 // current one: an entry's reserved slot serves one grant after another, so
 // a registration seen by an earlier look at the registry may be of a grant
-// the Lock (reused by Request) no longer has, while the same Lock is
-// registered at the same slot again for its next grant.
+// that has ended, while another grant's Lock is registered at the same slot.
 func (m *Manager) loseIfGone(slot uint32, e *regEntry) {
 	l := e.l
 	word := l.state.Load()
@@ -79,8 +78,7 @@ func (m *Manager) loseIfGone(slot uint32, e *regEntry) {
 	}
 	st, serial, mine := m.t.SlotState(m.a, slot)
 	if l.markLost(word, lockStolen) {
-		// The incarnation is lost for good: nothing re-inits l now (Request
-		// does not pool a Lock that was taken away), so its name is stable.
+		// Lost for good (a Lock serves one grant), so its name is stable.
 		m.noteLost(l)
 		m.held.dropEntry(slot, e)
 		if mine && st == table.SlotStolen && serial == e.serial {

@@ -173,7 +173,9 @@ func (s *stats) observeWait(mode Mode, waited time.Duration) {
 // itself times the requests that queue).
 func (m *Manager) acquireCounted(ctx context.Context, name string, opts RequestOptions) (table.Ref, uint64, error) {
 	ref, token, err := m.acquire(ctx, name, opts)
-	m.stats.record(opts.Mode, err)
+	if _, child := err.(*reentry); !child { // a child grant is not a request of the table
+		m.stats.record(opts.Mode, err)
+	}
 	return ref, token, err
 }
 

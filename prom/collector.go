@@ -16,7 +16,8 @@ import (
 // Options configure a Collector. nil means the zero Options.
 type Options struct {
 	// Names is an allow-list of lock names exported with a name label
-	// (holders, waiting requests and longest wait per name). Empty: none.
+	// (holders, waiting requests, longest wait and longest hold per name).
+	// Empty: none.
 	Names []string
 	// ConstLabels are added to every metric (e.g. {"table": "orders"} when
 	// a program registers Collectors of several tables).
@@ -36,7 +37,7 @@ type Collector struct {
 	tNames, tNamesLimit, tRequests, tSlots, tSlotsLimit *prometheus.Desc
 	tAgents, tAgentsLimit, tReaps, tRepairs             *prometheus.Desc
 
-	lHolders, lWaiting, lWait *prometheus.Desc
+	lHolders, lWaiting, lWait, lHold *prometheus.Desc
 }
 
 // NewCollector returns a Collector of m. The per-request metrics are
@@ -82,6 +83,7 @@ func NewCollector(m *manager.Manager, opts *Options) (*Collector, error) {
 	c.lHolders = d("shmlocks_lock_holders", "Holders of a lock name, by mode (allow-listed names only).", "name", "mode")
 	c.lWaiting = d("shmlocks_lock_waiting", "Queued requests on a lock name, by mode (allow-listed names only).", "name", "mode")
 	c.lWait = d("shmlocks_lock_longest_wait_seconds", "Age of the oldest queued request on a lock name (allow-listed names only).", "name")
+	c.lHold = d("shmlocks_lock_longest_hold_seconds", "Hold time of the longest current holder of a lock name, granted at once or from the queue; 0 when nothing is held (allow-listed names only).", "name")
 	return c, nil
 }
 
@@ -100,6 +102,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- c.lHolders
 		ch <- c.lWaiting
 		ch <- c.lWait
+		ch <- c.lHold
 	}
 }
 
@@ -187,5 +190,6 @@ func (c *Collector) collectNames(ch chan<- prometheus.Metric, gauge func(*promet
 		gauge(c.lWaiting, float64(n.WaitingExclusive), name, manager.Exclusive.String())
 		gauge(c.lWaiting, float64(n.WaitingShared), name, manager.Shared.String())
 		gauge(c.lWait, n.LongestWait.Seconds(), name)
+		gauge(c.lHold, n.LongestHold.Seconds(), name)
 	}
 }

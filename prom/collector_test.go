@@ -124,6 +124,7 @@ func TestCollector(t *testing.T) {
 	require.Equal(t, 0.0, value(t, f, "shmlocks_table_requests", "state", "held"))
 	require.Equal(t, 0.0, value(t, f, "shmlocks_lock_holders", "name", "b", "mode", "exclusive"))
 	require.Equal(t, 0.0, value(t, f, "shmlocks_lock_holders", "name", "never-used", "mode", "shared"))
+	require.Equal(t, 0.0, value(t, f, "shmlocks_lock_longest_hold_seconds", "name", "never-used"), "nothing held: 0")
 	for _, mf := range f {
 		for _, mt := range mf.Metric {
 			labels := map[string]string{}
@@ -143,6 +144,7 @@ func TestCollector(t *testing.T) {
 	}, 10*time.Second, time.Millisecond)
 	f = gather(t, c)
 	require.Equal(t, 1.0, value(t, f, "shmlocks_lock_holders", "name", "b", "mode", "exclusive"))
+	require.Greater(t, value(t, f, "shmlocks_lock_longest_hold_seconds", "name", "b"), 0.0, "held (granted at once): its hold time")
 	require.Equal(t, 1.0, value(t, f, "shmlocks_table_requests", "state", "waiting"))
 	require.NotContains(t, f, "a", "only allow-listed names have series")
 	require.NoError(t, lb.Release())

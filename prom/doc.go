@@ -38,6 +38,8 @@
 //
 // No metric has a lock-name label unless Options.Names lists the name
 // (cardinality): then shmlocks_lock_holders{name,mode},
-// shmlocks_lock_waiting{name,mode} and shmlocks_lock_longest_wait_seconds{name}
-// are exported for those names, read from the table at each scrape.
+// shmlocks_lock_waiting{name,mode}, shmlocks_lock_longest_wait_seconds{name}
+// and shmlocks_lock_longest_hold_seconds{name} (every holder's time is
+// known, those granted at once included; 0 only when nothing is held) are
+// exported for those names, read from the table at each scrape.
 package prom

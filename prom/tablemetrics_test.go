@@ -83,3 +83,44 @@ func TestTableMetricsParse(t *testing.T) {
 	require.Len(t, fams, 1)
 	require.Equal(t, 0.0, value(t, fams, "shmlocks_table_up"))
 }
+
+// shmlocks_lock_longest_hold_seconds is known for every holder, those
+// granted at once included (the fast path on a name used before, and a
+// new name under the latch): read 5 s after the grants it says about 5 s,
+// and a name nobody holds has no series (0 only when nothing is held).
+func TestTableMetricsLongestHoldUncontended(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.tbl")
+	m := open(t, path, false)
+	ctx := ctxT(t)
+	for _, n := range []string{"fast", "gone"} { // used once: their entries stay idle
+		l, err := m.Acquire(ctx, n, manager.RequestOptions{})
+		require.NoError(t, err)
+		require.NoError(t, l.Release())
+	}
+	before := time.Now()
+	_, err := m.Acquire(ctx, "fast", manager.RequestOptions{})
+	require.NoError(t, err)
+	_, err = m.Acquire(ctx, "new", manager.RequestOptions{})
+	require.NoError(t, err)
+	after := time.Now()
+	ro, err := table.OpenReadOnly(path)
+	require.NoError(t, err)
+	defer ro.Close()
+	at := after.Add(5 * time.Second)
+	st, err := tablemetrics.Gather(ro, at)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, tablemetrics.Write(&buf, &st, time.Millisecond, tablemetrics.Options{Names: true}))
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err, "exposition:\n%s", buf.String())
+	require.Equal(t, dto.MetricType_GAUGE, fams["shmlocks_lock_longest_hold_seconds"].GetType())
+	require.Len(t, fams["shmlocks_lock_longest_hold_seconds"].Metric, 2, "fast and new; gone is not held")
+	for _, n := range []string{"fast", "new"} {
+		v := value(t, fams, "shmlocks_lock_longest_hold_seconds", "name", n)
+		// Granted between before and after, stamped from a clock at most
+		// about 0.1 s behind (a second of slack).
+		require.GreaterOrEqual(t, v, at.Sub(after).Seconds(), n)
+		require.LessOrEqual(t, v, at.Sub(before).Seconds()+1, n)
+	}
+}

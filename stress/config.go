@@ -67,8 +67,11 @@ type Config struct {
 	// Worker is the command that runs a worker (argv; the configuration goes
 	// in the WorkerEnv environment variable).
 	Worker []string
-	// Progress, when not nil, receives a progress line ("\r...") four times a second.
-	Progress interface{ Write([]byte) (int, error) }
+	// Progress, when not nil, receives a progress line: with ProgressEvery
+	// 0, one redrawn in place ("\r...") four times a second (a terminal);
+	// else one line ("...\n") every ProgressEvery (a log).
+	Progress      interface{ Write([]byte) (int, error) }
+	ProgressEvery time.Duration
 }
 
 // Defaults fills the zero fields that have defaults.

@@ -45,6 +45,7 @@ func runAll(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Chec
 			names[k] = nameOf(n)
 			qs[k] = c.begin(want{rec: r.rec(g, k), name: n, mode: d.mode, blocking: !d.ifAvailable, deadline: deadline, flags: waitMulti})
 		}
+		granted := false
 		held := func(locks []*manager.Lock) {
 			for _, q := range qs {
 				q.End()
@@ -53,6 +54,7 @@ func runAll(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Chec
 				c.violation(kindExclusion, "AcquireAll of %q returned %d locks", names, len(locks))
 				return
 			}
+			granted = true
 			r.addStat(slot, slGranted, 1)
 			r.addStat(slot, slSets, 1)
 			r.addGrant(slot, g)
@@ -96,7 +98,7 @@ func runAll(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Chec
 		r.addStat(slot, slOps, 1)
 		// A stolen set: which name was stolen is not said, so the steal is
 		// not looked for (its stealer checked its own grant).
-		if !outcome(r, slot, st, err, "AcquireAll", nil) {
+		if !outcome(r, slot, st, granted, err, "AcquireAll", nil) {
 			break
 		}
 	}

@@ -75,11 +75,13 @@ func runChild(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Ch
 		rctx, cancel, deadline := d.ctx(ctx, wc)
 		q := c.begin(want{rec: r.rec(g, 0), name: d.name, mode: d.mode, blocking: !d.ifAvailable, deadline: deadline})
 		var fnCtx context.Context
+		granted := false
 		err := m.Request(rctx, nameOf(d.name), d.options(), func(fctx context.Context, l *manager.Lock) error {
 			q.End()
 			if l == nil {
 				return manager.ErrNotAvailable
 			}
+			granted = true
 			r.addStat(slot, slGranted, 1)
 			r.addGrant(slot, g)
 			q.Granted(l.Token())
@@ -94,7 +96,7 @@ func runChild(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Ch
 		q.End()
 		cancel()
 		r.addStat(slot, slOps, 1)
-		if !outcome(r, slot, st, err, "request", q.LostAtRelease) {
+		if !outcome(r, slot, st, granted, err, "request", q.LostAtRelease) {
 			break
 		}
 		if plan.stale && fnCtx != nil {
@@ -167,13 +169,14 @@ func nested(cctx context.Context, m *manager.Manager, wc *workerConfig, r *Regio
 	childOutcome(cctx, r, c.slot, st, err, "nested request")
 }
 
-// childOutcome counts how a child request ended: granted, or refused
-// because its parent's ctx ended (the parent was stolen, or the run ended).
+// childOutcome checks how a child request ended: granted, or refused
+// because its parent's ctx ended (the parent was stolen, or the run ended);
+// anything else is an error. (A child is part of its parent's request: it
+// is not counted among the requests.)
 func childOutcome(pctx context.Context, r *Region, slot int, st *gstats, err error, what string) {
 	switch {
 	case err == nil:
 	case errors.Is(err, manager.ErrStolen), errors.Is(err, manager.ErrAborted) && pctx.Err() != nil:
-		r.addStat(slot, slStolen, 1)
 	default:
 		r.addStat(slot, slErrors, 1)
 		st.addErr(what + ": " + err.Error())

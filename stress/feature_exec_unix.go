@@ -152,7 +152,10 @@ func runExec(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Che
 		case ws.Signaled() && ws.Signal() == syscall.SIGKILL && (killed == execKillWrapper || killed == execKillGroup):
 		case ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGKILL) && (killed == execKillCommand || killed == execKillGroup):
 		case ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGTERM):
-			r.addStat(slot, slStolen, 1) // stolen while the command ran: the wrapper sent it SIGTERM
+			// Stolen while the command ran (it checked in: granted): the
+			// wrapper sent it SIGTERM.
+			r.addStat(slot, slStolen, 1)
+			r.addStat(slot, slLostRel, 1)
 		case ws.Exited() && ws.ExitStatus() == 1 && strings.Contains(errOut.String(), "stolen"):
 			r.addStat(slot, slStolen, 1) // stolen before the wrapper saw its grant: the command did not run
 		default:

@@ -80,10 +80,10 @@ const (
 	slState     = 8   // uint32: slotUnused, slotRunning, slotKilled, slotExited, slotFailed
 	slPosition  = 12  // uint32: which of the --procs positions the worker fills
 	slOps       = 16  // uint64: requests made
-	slGranted   = 24  // uint64
+	slGranted   = 24  // uint64: grants, counted when granted
 	slNotAvail  = 32  // uint64
 	slTimedOut  = 40  // uint64
-	slStolen    = 48  // uint64: grants taken away by a steal
+	slStolen    = 48  // uint64: requests whose grant a steal took away (before or at release)
 	slErrors    = 56  // uint64
 	slSteals    = 64  // uint64: grants obtained by stealing
 	slExclusive = 72  // uint64: exclusive grants
@@ -92,13 +92,15 @@ const (
 	slFIFOOver  = 96  // uint64: apparent overtakes
 	slStarted   = 104 // int64: monotonic ns when the worker was ready to make requests (0: not yet)
 	slAborted   = 112 // uint64: requests cancelled because the run ended
-	slChild     = 120 // uint64: child grants (nested and fanned-out requests made with a grant's ctx)
-	slLed       = 128 // uint64: Coalesce flights led (fn run)
-	slFollowed  = 136 // uint64: Coalesce results received from another caller's fn
-	slSets      = 144 // uint64: AcquireAll / RequestAll grants (sets of names)
-	slExecRuns  = 152 // uint64: exec commands that checked in holding their lock
-	slStale     = 160 // uint64: requests made with the ctx of a grant that had ended
-	slRole      = 168 // uint32: the worker's feature (featurePlain, ...)
+	slLostRel   = 120 // uint64: grants found stolen at their release (also in slStolen)
+	slRelErrors = 128 // uint64: grants whose release failed (also in slErrors)
+	slChild     = 136 // uint64: child grants (nested and fanned-out requests made with a grant's ctx)
+	slLed       = 144 // uint64: Coalesce flights led (fn run)
+	slFollowed  = 152 // uint64: Coalesce results received from another caller's fn
+	slSets      = 160 // uint64: AcquireAll / RequestAll grants (sets of names)
+	slExecRuns  = 168 // uint64: exec commands that checked in holding their lock
+	slStale     = 176 // uint64: requests made with the ctx of a grant that had ended
+	slRole      = 184 // uint32: the worker's feature (featurePlain, ...)
 
 	// per-record fields (stride recSize, after the slot header; a goroutine
 	// owns Records consecutive records, its first carries its wait and its

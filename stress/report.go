@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 )
@@ -54,13 +55,16 @@ func percentiles(h *hdrhistogram.Histogram) Percentiles {
 	}
 }
 
-// Outcomes counts requests by how they ended.
+// Outcomes counts requests by how they ended: each request has exactly
+// one outcome, and they add up to Report.Ops. Requests withdrawn when the
+// run ended, and those in progress in a worker when --chaos killed it, did
+// not end and are in no count.
 type Outcomes struct {
-	Granted      int64 `json:"granted"`
-	NotAvailable int64 `json:"notAvailable"`
-	TimedOut     int64 `json:"timedOut"`
-	Stolen       int64 `json:"stolen"` // granted, then taken away by a steal
-	Errors       int64 `json:"errors"`
+	Granted      int64 `json:"granted"`      // granted and released (or held when its worker was killed)
+	Stolen       int64 `json:"stolen"`       // granted, then taken away by a steal before its release
+	NotAvailable int64 `json:"notAvailable"` // IfAvailable, and not available
+	TimedOut     int64 `json:"timedOut"`     // its deadline passed while it waited
+	Errors       int64 `json:"errors"`       // the request or its release failed (a violation)
 }
 
 // Fairness compares the requests completed by each process position, and
@@ -141,20 +145,21 @@ type Report struct {
 	Hold              string                   `json:"hold"`
 	HandOver          bool                     `json:"handOver,omitempty"` // shmlocks opened with OpenOptions.HandOver
 	Seconds           float64                  `json:"seconds"`
-	Ops               int64                    `json:"ops"`
+	Ops               int64                    `json:"ops"` // requests that ended: the sum of Outcomes
 	OpsPerSec         float64                  `json:"opsPerSec"`
 	Outcomes          Outcomes                 `json:"outcomes"`
 	OutcomesPerSec    map[string]float64       `json:"outcomesPerSec"`
-	Steals            int64                    `json:"steals"`
+	Grants            int64                    `json:"grants"` // every grant, those later stolen included
+	Steals            int64                    `json:"steals"` // grants obtained by stealing (a steal of a free lock takes nothing; one of a shared lock may take several)
 	ExclusiveGrants   int64                    `json:"exclusiveGrants"`
 	SharedGrants      int64                    `json:"sharedGrants"`
 	Violations        int                      `json:"violations"`
 	ViolationMessages []string                 `json:"violationMessages"`
 	Errors            []string                 `json:"errorMessages"`
-	Kills             int                      `json:"kills"`
+	Kills             int                      `json:"kills"`                      // processes SIGKILLed by --chaos (workers, exec wrappers and commands)
 	Features          map[string]FeatureReport `json:"features,omitempty"`         // per feature (with Config.Features)
 	ViolationsByKind  map[string]int           `json:"violationsByKind,omitempty"` // per kind (with Config.Features)
-	ReapUs            Percentiles              `json:"reapUs"`
+	ReapUs            Percentiles              `json:"reapUs"`                     // from the kill of a worker holding an exclusive lock to the name's next grant (count: kills so timed)
 	AcquireWaitUs     Percentiles              `json:"acquireWaitUs"`
 	AcquireWaitByMode map[string]Percentiles   `json:"acquireWaitUsByMode"`
 	HandoffUs         Percentiles              `json:"handoffUs"`
@@ -166,6 +171,17 @@ type Report struct {
 
 // OK reports whether the run found no violation.
 func (r *Report) OK() bool { return r.Violations == 0 }
+
+// reportLegend says what the counters of the text report count.
+const reportLegend = `
+Each request has one outcome; requests withdrawn when the run ended, and
+those in progress in a worker when --chaos killed it, are not counted.
+"granted, then stolen" are requests whose grant a steal (by stealing) took
+away: a steal of a free lock takes nothing, one of a shared lock may take
+several holders. "reap" times, for each kill of a worker that held an
+exclusive lock, the kill to the next grant of its name; its count is the
+kills so timed, of all the processes killed.
+`
 
 // WriteText prints reports side by side, one column per backend.
 func WriteText(w io.Writer, reps []*Report) error {
@@ -187,30 +203,32 @@ func WriteText(w io.Writer, reps []*Report) error {
 		fmt.Fprintf(&b, "%s: %s (%s)\n", r.Backend, r.Table, kept)
 	}
 	b.WriteString("\n")
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	// Labels left-aligned (sub-items indented), values right-aligned.
+	var rows [][]string
 	row := func(label string, f func(r *Report) string) {
-		fmt.Fprintf(tw, "%s\t", label)
+		cells := []string{label}
 		for _, r := range reps {
-			fmt.Fprintf(tw, "%s\t", f(r))
+			cells = append(cells, f(r))
 		}
-		fmt.Fprintln(tw)
+		rows = append(rows, cells)
 	}
 	i64 := func(v int64) string { return fmt.Sprint(v) }
 	f0 := func(v float64) string { return fmt.Sprintf("%.0f", v) }
 	row("", func(r *Report) string { return r.Backend })
 	row("seconds", func(r *Report) string { return fmt.Sprintf("%.2f", r.Seconds) })
-	row("requests", func(r *Report) string { return i64(r.Ops) })
-	row("requests/s", func(r *Report) string { return f0(r.OpsPerSec) })
-	row("  granted", func(r *Report) string { return i64(r.Outcomes.Granted) })
+	row("requests (by outcome below)", func(r *Report) string { return i64(r.Ops) })
+	row("  granted and released", func(r *Report) string { return i64(r.Outcomes.Granted) })
+	row("  granted, then stolen", func(r *Report) string { return i64(r.Outcomes.Stolen) })
 	row("  not available", func(r *Report) string { return i64(r.Outcomes.NotAvailable) })
 	row("  timed out", func(r *Report) string { return i64(r.Outcomes.TimedOut) })
-	row("  stolen", func(r *Report) string { return i64(r.Outcomes.Stolen) })
 	row("  errors", func(r *Report) string { return i64(r.Outcomes.Errors) })
-	row("granted/s", func(r *Report) string { return f0(r.OutcomesPerSec["granted"]) })
-	row("exclusive grants", func(r *Report) string { return i64(r.ExclusiveGrants) })
-	row("shared grants", func(r *Report) string { return i64(r.SharedGrants) })
-	row("steals", func(r *Report) string { return i64(r.Steals) })
-	row("kills", func(r *Report) string { return fmt.Sprint(r.Kills) })
+	row("requests/s", func(r *Report) string { return f0(r.OpsPerSec) })
+	row("grants (stolen ones included)", func(r *Report) string { return i64(r.Grants) })
+	row("  exclusive", func(r *Report) string { return i64(r.ExclusiveGrants) })
+	row("  shared", func(r *Report) string { return i64(r.SharedGrants) })
+	row("  by stealing", func(r *Report) string { return i64(r.Steals) })
+	row("grants/s", func(r *Report) string { return f0(float64(r.Grants) / math.Max(r.Seconds, 1e-9)) })
+	row("processes killed (--chaos)", func(r *Report) string { return fmt.Sprint(r.Kills) })
 	row("fairness max/min", func(r *Report) string {
 		return fmt.Sprintf("%d/%d = %.2f", r.Fairness.Max, r.Fairness.Min, r.Fairness.Ratio)
 	})
@@ -220,14 +238,26 @@ func WriteText(w io.Writer, reps []*Report) error {
 	})
 	row("FIFO overtaken/sampled", func(r *Report) string { return fmt.Sprintf("%d/%d", r.FIFO.Overtaken, r.FIFO.Samples) })
 	row("violations", func(r *Report) string { return fmt.Sprint(r.Violations) })
-	tw.Flush()
+	widths := make([]int, len(reps)+1)
+	for _, cells := range rows {
+		for i, c := range cells {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	for _, cells := range rows {
+		line := fmt.Sprintf("%-*s", widths[0], cells[0])
+		for i, c := range cells[1:] {
+			line += fmt.Sprintf("  %*s", widths[i+1], c)
+		}
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+	}
 
 	for _, r := range reps {
 		writeFeatures(&b, r, len(reps) > 1)
 	}
 
 	b.WriteString("\nlatency (µs)\n")
-	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\t\tcount\tp50\tp90\tp99\tp99.9\tmax\t")
 	lat := func(label string, f func(r *Report) Percentiles) {
 		for _, r := range reps {
@@ -247,6 +277,7 @@ func WriteText(w io.Writer, reps []*Report) error {
 	lat("handoff, all", func(r *Report) Percentiles { return r.HandoffUs })
 	lat("reap (kill to next grant)", func(r *Report) Percentiles { return r.ReapUs })
 	tw.Flush()
+	b.WriteString(reportLegend)
 
 	for _, r := range reps {
 		for _, n := range r.Notes {

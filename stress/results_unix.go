@@ -40,8 +40,11 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 	for _, w := range all {
 		sl := w.slot
 		st := func(f int) int64 { return int64(r.stat(sl, f)) }
-		rep.Ops += st(slOps)
-		rep.Outcomes.Granted += st(slGranted)
+		// Each request has one outcome: a grant found stolen at its
+		// release (or whose release failed) counts as stolen (an error),
+		// not as granted.
+		rep.Grants += st(slGranted)
+		rep.Outcomes.Granted += st(slGranted) - st(slLostRel) - st(slRelErrors)
 		rep.Outcomes.NotAvailable += st(slNotAvail)
 		rep.Outcomes.TimedOut += st(slTimedOut)
 		rep.Outcomes.Stolen += st(slStolen)
@@ -56,6 +59,10 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 			perG[w.pos][g] += int64(r.grants(sl, g))
 		}
 	}
+	// Requests are counted by their outcomes, so that they add up even
+	// when a worker was killed between two of its counters.
+	o := rep.Outcomes
+	rep.Ops = o.Granted + o.Stolen + o.NotAvailable + o.TimedOut + o.Errors
 	rep.OpsPerSec = float64(rep.Ops) / sec
 	rep.OutcomesPerSec = map[string]float64{
 		"granted":      float64(rep.Outcomes.Granted) / sec,

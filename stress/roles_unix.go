@@ -57,11 +57,24 @@ func managerMode(m uint32) manager.Mode {
 }
 
 // outcome counts how a request that was not granted ended, or how a grant
-// ended badly (stolen); it returns false when the run is over (the
-// request was aborted by the end of the run).
-func outcome(r *Region, slot int, st *gstats, err error, what string, lost func()) bool {
+// (granted: slGranted was counted) ended badly, so that each request has
+// one outcome (results_unix.go); it returns false when the run is over
+// (the request was aborted by the end of the run).
+func outcome(r *Region, slot int, st *gstats, granted bool, err error, what string, lost func()) bool {
 	switch {
 	case err == nil:
+	case errors.Is(err, manager.ErrStolen):
+		r.addStat(slot, slStolen, 1)
+		if granted {
+			r.addStat(slot, slLostRel, 1)
+		}
+		if lost != nil {
+			lost()
+		}
+	case granted:
+		r.addStat(slot, slErrors, 1)
+		r.addStat(slot, slRelErrors, 1)
+		st.addErr(what + " (after its grant): " + err.Error())
 	case errors.Is(err, manager.ErrNotAvailable):
 		r.addStat(slot, slNotAvail, 1)
 	case errors.Is(err, manager.ErrAborted) && errors.Is(err, context.DeadlineExceeded):
@@ -69,11 +82,6 @@ func outcome(r *Region, slot int, st *gstats, err error, what string, lost func(
 	case errors.Is(err, manager.ErrAborted):
 		r.addStat(slot, slAborted, 1)
 		return false
-	case errors.Is(err, manager.ErrStolen):
-		r.addStat(slot, slStolen, 1)
-		if lost != nil {
-			lost()
-		}
 	default:
 		r.addStat(slot, slErrors, 1)
 		st.addErr(what + ": " + err.Error())

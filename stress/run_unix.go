@@ -345,7 +345,7 @@ func (s *supervisor) run() *Report {
 		<-w.done
 	}
 	s.collectReaps()
-	if s.cfg.Progress != nil {
+	if s.cfg.Progress != nil && s.cfg.ProgressEvery == 0 {
 		fmt.Fprint(s.cfg.Progress, "\r\x1b[K")
 	}
 	return s.report(end.Sub(s.start), all)

@@ -70,8 +70,11 @@ func runShmlocks(t *testing.T, handOver bool) {
 			sum += v
 		}
 	}
-	require.LessOrEqual(t, sum, rep.Outcomes.Granted)
-	require.GreaterOrEqual(t, sum, rep.Outcomes.Granted-int64(rep.Kills))
+	require.LessOrEqual(t, sum, rep.Grants)
+	require.GreaterOrEqual(t, sum, rep.Grants-int64(rep.Kills))
+	o := rep.Outcomes
+	require.Equal(t, rep.Ops, o.Granted+o.Stolen+o.NotAvailable+o.TimedOut+o.Errors, "one outcome per request")
+	require.LessOrEqual(t, o.Granted, rep.Grants)
 	require.False(t, rep.TableKept)
 	_, err = os.Stat(rep.Table)
 	require.ErrorIs(t, err, os.ErrNotExist, "the temporary table is removed")

@@ -120,12 +120,17 @@ func (s *supervisor) totals() (ops uint64, viol int) {
 	return ops, viol
 }
 
-// progress prints a progress line four times a second (only with cfg.Progress).
+// progress prints a progress line (only with cfg.Progress): redrawn four
+// times a second, or one line every cfg.ProgressEvery.
 func (s *supervisor) progress(ctx context.Context) {
 	if s.cfg.Progress == nil {
 		return
 	}
-	t := time.NewTicker(250 * time.Millisecond)
+	every, format := 250*time.Millisecond, "\r\x1b[K%s %.1fs%s  requests %d (%.0f/s)  kills %d  violations %d"
+	if s.cfg.ProgressEvery > 0 {
+		every, format = s.cfg.ProgressEvery, "stress: %s %.1fs%s  requests %d (%.0f/s)  kills %d  violations %d\n"
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -140,7 +145,6 @@ func (s *supervisor) progress(ctx context.Context) {
 		if s.cfg.Ops == 0 {
 			total = fmt.Sprintf("/%.0fs", s.cfg.Duration.Seconds())
 		}
-		fmt.Fprintf(s.cfg.Progress, "\r\x1b[K%s %.1fs%s  requests %d (%.0f/s)  kills %d  violations %d",
-			s.cfg.Backend, el, total, ops, float64(ops)/math.Max(el, 1e-3), kills, viol)
+		fmt.Fprintf(s.cfg.Progress, format, s.cfg.Backend, el, total, ops, float64(ops)/math.Max(el, 1e-3), kills, viol)
 	}
 }

@@ -327,9 +327,11 @@ func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c
 			switch err := be.release(h); {
 			case err == nil:
 			case errors.Is(err, errLost):
+				r.addStat(slot, slLostRel, 1)
 				r.addStat(slot, slStolen, 1)
 				q.LostAtRelease()
 			default:
+				r.addStat(slot, slRelErrors, 1)
 				r.addStat(slot, slErrors, 1)
 				st.addErr("release: " + err.Error())
 			}

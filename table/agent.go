@@ -76,6 +76,7 @@ func (t *Table) Register(id Identity, nonce uint64) (*Agent, error) {
 			return nil, ErrAgentGone
 		}
 		crash("agent.alive")
+		RefreshClock() // the agent's grants made at once are stamped from it
 		a := &Agent{t: t, Idx: idx, word: alive, Nonce: nonce, slotMask: t.u64(off + agSlotMask), entryMask: t.u64(off + agEntryMask)}
 		a.slotHint.Store(uint32(uint64(idx) * uint64(t.l.MaxRequests) / uint64(n)))
 		a.entryHint.Store(uint32(uint64(idx) * uint64(t.l.MaxResources) / uint64(n)))

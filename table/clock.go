@@ -11,7 +11,8 @@ import (
 
 // The table's clock: the times written in the table (a request's enqueue
 // and grant times, which Query shows and the deadlock rule orders waits
-// by) and the process-wide monotonic clock of the waiting policy.
+// by) and the process-wide monotonic clock of the waiting policy. A grant
+// made at once reads none of it: it takes the coarse clock (stamp.go).
 //
 // A queued request's enqueue and its grant read the clock, two reads per
 // grant from a queue. Through the vDSO a read costs 26 ns here; with 64
@@ -55,15 +56,19 @@ func nowNano() int64 { return wallAt(MonoNow()) }
 
 // wallAt converts mono, a MonoNow reading taken just now, to unix
 // nanoseconds by the current base, taking a new base once a second.
+// Every reading also refreshes the coarse clock of grants made at once
+// (stamp.go).
 func wallAt(mono int64) int64 {
 	if b := clockBase.Load(); b != nil {
 		if d := mono - b.mono; d > -int64(time.Second) && d < int64(time.Second) {
+			refreshCoarse(b.wall + d)
 			return b.wall + d
 		}
 	}
 	t := time.Now()
 	m := int64(t.Sub(origin))
 	clockBase.Store(&wallBase{mono: m, wall: t.UnixNano()})
+	refreshCoarse(t.UnixNano() - (m - mono))
 	return t.UnixNano() - (m - mono)
 }
 

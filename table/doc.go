@@ -21,7 +21,7 @@
 //
 //	offset 0                      header        HeaderSize (256)
 //	bucketsOff  = 256             buckets       nBuckets × 16     nBuckets = 2^ceil(log2(2·MaxResources))
-//	entriesOff                    entries       MaxResources × entryStride, entryStride = 72 + align8(MaxNameLen)
+//	entriesOff                    entries       MaxResources × entryStride, entryStride = 80 + align8(MaxNameLen)
 //	slotsOff                      slots         (MaxRequests + MaxResources) × 64: request slots, then one reserved slot per entry
 //	agentsOff                     agents        MaxAgents × 128
 //	size = agentsOff + 128·MaxAgents
@@ -56,7 +56,7 @@
 //	4      4    head      latch holder                      latch holder, Snapshot (skip test) yes chain of live entries of this bucket
 //	8      8    maxToken  latch holder (entry freed)        latch holder      no     ≥ every token of every entry freed here
 //
-// # Entry (stride 72 + align8(MaxNameLen)): one live name
+// # Entry (stride 80 + align8(MaxNameLen)): one live name
 //
 //	Offset Size Field    Written by                 Read by            Atomic Invariant
 //	0      4    state    allocator CAS, latch holder repair, reapers   yes    0 free, else bucket+1
@@ -74,7 +74,8 @@
 //	56     8    fast     fast path CAS, latch holder everyone          yes    counter<<32 | state: 0 latched, idle, held by agent A (A+1); see fast.go
 //	64     4    wHead    latch holder               latch holder       no     first WATCHING slot+1 (watch.go); non-zero: latched, kept live
 //	68     4    gen      latch holder (atomic add)  watchers           yes    bumped by every change of a watched entry's holders or queue
-//	72     …    name     latch holder               latch holder       no     nameLen bytes
+//	72     8    stamp    fast holder, after its CAS snapshot, inflate   yes    counter<<32 | coarse grant time of the fast grant with that counter (stamp.go); any value decodes safely
+//	80     …    name     latch holder               latch holder       no     nameLen bytes
 //
 // # Request slot (stride 64)
 //
@@ -91,7 +92,7 @@
 //	28     4    flags    latch holder                    dump, deadlock, watch no    1: granted by steal; HELD: bits 1-31 task tag (tag.go); WATCHING: 2 fired (watch.go)
 //	32     8    token    latch holder (grant)            owner after HELD     no     fencing token
 //	40     8    enqueued latch holder                    dump                 no     unix ns
-//	48     8    granted  latch holder (queue grant)      dump                 no     unix ns, 0 if granted at once
+//	48     8    granted  latch holder (grant)            dump                 no     unix ns (a grant made at once: the coarse clock, stamp.go)
 //	56     4    park     owner (atomic)                  granter, wakeAhead   yes    1 while the WAITING request's goroutine sleeps; 0 at enqueue
 //	60     4    reserved
 //

@@ -23,6 +23,10 @@ import "sync/atomic"
 //	state fastInfl | A+1    being moved into the held list by a latch holder
 //	                        (only under the latch: repair finishes it).
 //
+// The holder's grant time is in the entry's stamp word (enStamp), which it
+// writes right after its CAS, with the counter of its grant (stamp.go);
+// inflate copies it into the reserved slot's grant time.
+//
 // Tokens: while the entry is idle or fast-held, its token counter is
 // hi32(entry token) | counter, and counter ≥ lo32(entry token). A fast grant
 // moves the counter up by one in the same CAS that takes the entry, so two
@@ -128,6 +132,9 @@ func (t *Table) fastAcquire(a *Agent, b uint32, name string, h uint64, w *Wakes)
 			if !atomic.CompareAndSwapUint64(fp, v, held) {
 				return Ref{}, 0, fastMiss
 			}
+			// The grant's time, from the coarse clock (stamp.go): no
+			// clock read on this path.
+			storeRelease64(t.u64(eo+enStamp), fastStamp(ctr+1))
 			crash("fast.held")
 			ref := Ref{Slot: t.fastSlot(e), Serial: ctr + 1, Bucket: b}
 			if atomic.LoadUint32(t.u32(eo+enState)) != b+1 || t.ld64(eo+enHash) != h || !t.nameIs(eo, name) {
@@ -300,7 +307,7 @@ func (t *Table) inflate(e uint32, v uint64, link bool) {
 		t.st32(so+slMode, ModeExclusive)
 		t.st32(so+slFlags, 0)
 		t.st64(so+slToken, t.ld64(eo+enToken))
-		t.st64(so+slGrant, 0)
+		t.st64(so+slGrant, uint64(t.fastSince(eo, ctr)))
 		t.st64(so+slEnqueue, 0)
 		if link && t.listsEmpty(eo) {
 			t.st32(so+slPrev, 0)
@@ -312,6 +319,17 @@ func (t *Table) inflate(e uint32, v uint64, link bool) {
 		atomic.StoreUint64(sp, want)
 	}
 	atomic.StoreUint64(t.u64(eo+enFast), fastLatched)
+}
+
+// fastSince is the grant time (unix nanoseconds) of the fast grant with
+// counter ctr on entry eo: its stamp's, or now if the holder has not
+// stamped it yet (it was granted a moment ago).
+func (t *Table) fastSince(eo uint64, ctr uint32) int64 {
+	now := nowNano()
+	if since := stampTime(atomic.LoadUint64(t.u64(eo+enStamp)), ctr, now); since > 0 {
+		return since
+	}
+	return now
 }
 
 // latchIdle latches entry eo if nobody holds, waits on or watches it

@@ -15,13 +15,13 @@ import (
 // sync/atomic works on them also under GOARCH=386 (the mapping is page aligned).
 const (
 	Magic         = "SHMLOCK1"
-	FormatVersion = 7 // 7: an agent's co-owner process group (agent offset 72); 6: a waiting request's park mark (slot offset 56); 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
+	FormatVersion = 7 // 7: an agent's co-owner process group (agent offset 72) and a fast holder's grant stamp (entry offset 72; 80-byte entry header); 6: a waiting request's park mark (slot offset 56); 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
 
 	HeaderSize = 256 // bytes; region 0
 	BucketSize = 16  // bytes per bucket
 	SlotSize   = 64  // bytes per request slot
 	AgentSize  = 128 // bytes per agent record
-	entryFixed = 72  // bytes of an entry before its name
+	entryFixed = 80  // bytes of an entry before its name
 
 	// Limits of the geometry, enforced at creation and on open.
 	MaxAgentsLimit    = 1<<24 - 2 // agent index+1 must fit the 24-bit latch owner field
@@ -67,7 +67,7 @@ const (
 	bkMaxToken = 8 // uint64: highest token of any entry freed from this bucket
 )
 
-// Entry field offsets (stride entryStride = 72 + MaxNameLen rounded up to 8).
+// Entry field offsets (stride entryStride = 80 + MaxNameLen rounded up to 8).
 const (
 	enState   = 0  // uint32: 0 free, else bucket index+1 (the entry is live in that bucket)
 	enNext    = 4  // uint32: next entry index+1 in the bucket chain
@@ -84,7 +84,8 @@ const (
 	enFast    = 56 // uint64: counter<<32 | fast state (see fast.go): idle, held by one agent, or latched (0)
 	enWHead   = 64 // uint32: first WATCHING slot index+1 (watch.go); while non-zero the entry stays latched and live
 	enGen     = 68 // uint32: bumped (atomically, under the latch) on every change of a watched entry's holders or queue
-	enName    = 72 // [MaxNameLen]byte
+	enStamp   = 72 // uint64: counter<<32 | coarse time of the fast grant with that counter (fast.go, stamp.go)
+	enName    = 80 // [MaxNameLen]byte
 )
 
 // Slot field offsets (stride SlotSize). The slot array has MaxRequests
@@ -101,7 +102,7 @@ const (
 	slFlags   = 28 // uint32: flagSteal; WATCHING: flagFired
 	slToken   = 32 // uint64: fencing token, written at grant
 	slEnqueue = 40 // int64: unix nanoseconds when enqueued
-	slGrant   = 48 // int64: unix nanoseconds when granted from the queue (0: granted at once, not recorded)
+	slGrant   = 48 // int64: unix nanoseconds when granted (a grant made at once: from the coarse clock, stamp.go)
 	slPark    = 56 // uint32: 1 while the WAITING request's goroutine is asleep (its grant must ring its agent); advisory
 )
 

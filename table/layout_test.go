@@ -39,6 +39,7 @@ func TestLayoutOffsets(t *testing.T) {
 		{"enHMode", enHMode, 4, entryFixed}, {"enSeq", enSeq, 4, entryFixed}, {"enToken", enToken, 8, entryFixed},
 		{"enHash", enHash, 8, entryFixed}, {"enNameLen", enNameLen, 4, entryFixed}, {"enNWait", enNWait, 4, entryFixed},
 		{"enFast", enFast, 8, entryFixed}, {"enWHead", enWHead, 4, entryFixed}, {"enGen", enGen, 4, entryFixed},
+		{"enStamp", enStamp, 8, entryFixed},
 		{"slWord", slWord, 8, SlotSize}, {"slEntry", slEntry, 4, SlotSize}, {"slMode", slMode, 4, SlotSize},
 		{"slPrev", slPrev, 4, SlotSize}, {"slNext", slNext, 4, SlotSize}, {"slSeq", slSeq, 4, SlotSize},
 		{"slFlags", slFlags, 4, SlotSize}, {"slToken", slToken, 8, SlotSize}, {"slEnqueue", slEnqueue, 8, SlotSize},
@@ -250,7 +251,7 @@ func TestEntryRanges(t *testing.T) {
 // with a new FormatVersion (and new values here). make test also runs this
 // under GOARCH=386: the values do not depend on the machine's word size.
 func TestHashIsPartOfTheFormat(t *testing.T) {
-	require.Equal(t, uint32(7), uint32(FormatVersion), "these values are those of formats 3 to 7 (4 changed the fast path, 5 the entry header, 6 the slot's park mark and 7 the agent's co-owner, not the hash)")
+	require.Equal(t, uint32(7), uint32(FormatVersion), "these values are those of formats 3 to 7 (4 changed the fast path, 5 and 7 the entry header, 6 the slot's park mark and 7 the agent's co-owner, not the hash)")
 	for _, c := range []struct {
 		name string
 		want uint64

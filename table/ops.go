@@ -120,7 +120,7 @@ func (t *Table) AcquireClaimed(a *Agent, r Ref, name string, h uint64, mode uint
 		token = t.grant(s, e, mode, nowNano())
 		crash("steal.granted")
 	case t.grantable(eo, mode):
-		token = t.grant(s, e, mode, 0) // uncontended: no clock read (grant time unrecorded)
+		token = t.grant(s, e, mode, coarseNano()) // uncontended: no clock read (stamp.go)
 	case ifAvailable:
 		out = NotAvailable
 	default:

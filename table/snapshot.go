@@ -13,7 +13,11 @@ type LockInfo struct {
 	PID   int
 	Nonce uint64 // the agent's nonce (its client id)
 	Token uint64 // held requests: the fencing token
-	Since int64  // unix nanoseconds: enqueued (pending) or granted from the queue (held); 0 for a request granted at once (not recorded, to keep the clock off the fast path)
+	// Since is unix nanoseconds: when enqueued (pending) or granted (held).
+	// A grant made at once is stamped from the coarse clock (stamp.go):
+	// at most about 0.1 s early. 0: not known (a fast holder a moment
+	// after its grant, before it wrote its stamp).
+	Since int64
 	Slot  uint32
 	Steal bool // granted by a steal
 	// Serial is the request's slot serial (a fast hold: its entry's fast
@@ -102,6 +106,7 @@ func (t *Table) snapEntry(e uint32, name string, held, pending []LockInfo, stric
 				Slot:   t.fastSlot(e),
 				Serial: uint32(fw >> 32),
 				Token:  tok&^lo32 | fw>>32,
+				Since:  stampTime(atomic.LoadUint64(t.u64(eo+enStamp)), uint32(fw>>32), nowNano()),
 			}
 			t.agentOf(&li)
 			held = append(held, li)
@@ -237,5 +242,38 @@ func (t *Table) AgentsInWay(a *Agent, name string, h uint64) []uint32 {
 	}
 	t.unlatch(a, b)
 	t.Deliver(&w, nil)
+	return out
+}
+
+// Watches lists every watch (WATCHING slot: WaitUnlocked, Watch) with its
+// name, in slot order, reading without the latch (torn reads tolerated: a watch on an
+// entry that is not live is skipped).
+func (t *Table) Watches() []LockInfo {
+	var out []LockInfo
+	for s := uint32(0); s < uint32(t.l.MaxRequests); s++ {
+		so := t.slotOff(s)
+		sw := atomic.LoadUint64(t.u64(so + slWord))
+		if wordState(sw) != SlotWatching {
+			continue
+		}
+		e := atomic.LoadUint32(t.u32(so+slEntry)) - 1
+		if e >= uint32(t.l.MaxResources) {
+			continue
+		}
+		eo := t.entryOff(e)
+		n := atomic.LoadUint32(t.u32(eo + enNameLen))
+		if atomic.LoadUint32(t.u32(eo+enState)) == 0 || n > uint32(t.l.MaxNameLen) {
+			continue
+		}
+		li := LockInfo{
+			Name:  string(t.buf[eo+enName : eo+enName+uint64(n)]),
+			Mode:  atomic.LoadUint32(t.u32(so + slMode)),
+			Agent: wordAgent(sw),
+			Slot:  s,
+			Since: int64(atomic.LoadUint64(t.u64(so + slEnqueue))),
+		}
+		t.agentOf(&li)
+		out = append(out, li)
+	}
 	return out
 }

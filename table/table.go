@@ -208,3 +208,6 @@ func EndGuard(old bool, err *error, onFault func()) {
 // SpareWord returns a pointer to a reserved, otherwise unused 32-bit word of
 // the header (benchmarks use it for the raw-CAS floor on the shared mapping).
 func (t *Table) SpareWord() unsafe.Pointer { return unsafe.Pointer(t.u32(hdrSpare)) }
+
+// Buckets is the number of buckets (a power of two, at least 2·MaxResources).
+func (t *Table) Buckets() int { return int(t.l.buckets) }

@@ -3,6 +3,7 @@ package table
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -323,3 +324,7 @@ func (g *WaitFor) Describe(c []int) string {
 	b.WriteString(" -> back to the first")
 	return b.String()
 }
+
+// clientIDOf formats an agent nonce the way manager.ClientIDOf does (the
+// table cannot import the manager).
+func clientIDOf(nonce uint64) string { return strconv.FormatUint(nonce, 16) }

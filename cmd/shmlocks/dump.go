@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,23 +19,34 @@ import (
 
 const dumpAbout = `Show a lock table: its header (size, version, geometry, creation time,
 boot id and whether it is this boot's), usage against the limits, every
-agent (index, PID, alive or dead, client id, held and pending counts) and,
-per name, the held locks and then the pending requests in queue order, with
-mode, client, PID, fencing token and how long held or waiting.
+agent (index, PID, alive or dead, client id, command, held and pending
+counts) and, per name, the held locks and then the pending requests in
+queue order, with mode, fencing token, PID, client id, the command of the
+process (from /proc, like lslocks) and how long held or waiting. Every
+grant has its time: a lock granted at once is stamped from a clock each
+process refreshes every 0.1 s, so its time may read up to 0.1 s long.
+On a terminal long names are cut to its width with "…"; otherwise they
+are printed whole.
 
 The plain view and --json map the file read-only: they never latch, never
 write and never block the holders; a live table may be caught mid-update,
 and requests of dead agents that nobody has reaped yet are shown (marked
-dead). --json prints the shape of manager.Query's snapshot:
-{"held":[{"name","mode","clientId","pid"}...],"pending":[...]}.
+dead). --json prints everything the plain view shows as one JSON document
+(the fields of manager.Query's snapshot, "held" and "pending", and more:
+see docs/cli.md); a name that is not valid UTF-8 has its exact bytes in
+"nameBase64" beside "name".
 
 --watch on a terminal is a top-like live view, redrawn in place every
 --interval on the alternate screen: usage against the limits, agents (dead
-ones not yet reaped), reaps per second, and one line per name, sorted by
-longest wait: its first holder (mode, fencing token, pid, how long held),
-how many more holders, its queue length (exclusive/shared) and longest
-wait. Not on a terminal (or with --json), --watch prints the dump again
-every --interval.
+ones not yet reaped), reaps per second, and one line per name: its first
+holder (mode, fencing token, pid, command, how long held), how many more
+holders, its queue length (exclusive/shared) and longest wait. Keys: q or
+Ctrl-C quits; w sorts by longest wait, h by longest hold, n by name, s
+cycles through them (the header shows which). Not on a terminal, --watch
+prints the dump again every --interval, and --watch --json prints one JSON
+document per line every --interval, each with its "time". --watch waits for
+a table that does not exist yet and re-opens a table file that was
+replaced.
 
 The plain view and --check also list, for each waiting request, whom it
 waits for (the holders of its name and the requests queued ahead of it whose
@@ -57,7 +67,8 @@ message names the field).
 
 const dumpExamples = `  shmlocks dump
   shmlocks dump --table /run/user/1000/app.locks
-  shmlocks dump --json | jq '.held[] | select(.mode == "exclusive")'
+  shmlocks dump --json | jq '.held[] | select(.heldSeconds > 60)'
+  shmlocks dump --watch --json --interval 10s >> locks.jsonl
   shmlocks dump --watch --interval 500ms
   shmlocks dump --check`
 
@@ -65,8 +76,8 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	f := newFlags("dump", "shmlocks dump [--table PATH] [--json] [--watch [--interval DUR] | --check]",
 		fmt.Sprintf(dumpAbout, tableHelp()), dumpExamples, stdout, stderr)
 	tbl := f.String("table", "", "table file (default: see 'Table location')")
-	asJSON := f.Bool("json", false, "print the held and pending requests as JSON")
-	watch := f.Bool("watch", false, "on a terminal: a top-like live view, names by longest wait; otherwise: the dump again every --interval; until interrupted (Ctrl-C)")
+	asJSON := f.Bool("json", false, "print the dump as one JSON document (with --watch: one per line and refresh)")
+	watch := f.Bool("watch", false, "on a terminal: a top-like live view (keys: q quits, w/h/n sort); otherwise: the dump again every --interval; until interrupted (Ctrl-C)")
 	interval := f.Duration("interval", time.Second, "refresh interval of --watch")
 	check := f.Bool("check", false, "open read-write, run the consistency checker, exit 1 on any violation")
 	if code, ok := f.parse(args); !ok {
@@ -89,7 +100,7 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shmlocks dump: %s\n", fmt.Sprintf(format, args...))
 		return code
 	}
-	if _, err := os.Stat(path); err != nil {
+	if _, err := os.Stat(path); err != nil && !*watch {
 		if errors.Is(err, fs.ErrNotExist) {
 			return fail(exitFailure, "no table at %s (see 'shmlocks dump --help' for the default location)", path)
 		}
@@ -105,66 +116,77 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		return dumpCheck(path, stdout, stderr, openErr)
 	}
 
-	t, err := table.OpenReadOnly(path)
-	if err != nil {
-		return openErr(err)
-	}
-	defer t.Close()
-	show := func(w io.Writer) error {
+	show := func(w io.Writer, st *dumpState) error {
 		if *asJSON {
-			return dumpJSON(t, w)
+			return writeDumpJSON(w, st, *watch)
 		}
-		fmt.Fprintf(w, "table     %s\n", path)
-		if err := t.Render(w, time.Now()); err != nil {
-			return err
+		width := 0
+		if f, ok := stdout.(*os.File); ok && isTerminal(f) {
+			if c, _, ok := termSize(f); ok {
+				width = c
+			}
 		}
-		held, pending, err := t.Snapshot(nil)
-		if err == nil {
-			// Read once without latching: a cycle shown may be a phantom of
-			// a table that changed while it was read; --check reads twice.
-			g := table.NewWaitFor(held, pending)
-			renderWaits(w, g, g.Cycles()) // waits.go
-		}
-		return err
+		return renderDump(w, st, width)
 	}
 	if !*watch {
-		var buf bytes.Buffer
-		if err := show(&buf); err != nil {
+		t, err := table.OpenReadOnly(path)
+		if err != nil {
 			return openErr(err)
+		}
+		defer t.Close()
+		st, err := gatherDump(t, path, time.Now())
+		if err != nil {
+			return openErr(err)
+		}
+		var buf bytes.Buffer
+		if err := show(&buf, st); err != nil {
+			return fail(exitFailure, "%v", err)
 		}
 		stdout.Write(buf.Bytes())
 		return exitOK
 	}
 
+	// --watch: like serve, a table that does not exist yet is waited for,
+	// and a table file replaced by another is re-opened (tableSource).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tty := false
-	if f, ok := stdout.(*os.File); ok {
-		tty = isTerminal(f)
-		if tty && !*asJSON {
-			// A terminal gets the full-screen live view (top.go).
-			if err := runTop(ctx, t, path, f, *interval); err != nil {
-				return openErr(err)
-			}
-			return exitOK
-		}
-	}
-	for first := true; ; first = false {
-		var buf bytes.Buffer
-		switch {
-		case tty:
-			buf.WriteString("\x1b[H\x1b[2J") // home, clear: redraw in place
-		case !first && !*asJSON:
-			buf.WriteString("\n")
-		}
-		if err := show(&buf); err != nil {
+	src := &tableSource{path: path}
+	defer src.close()
+	if f, ok := stdout.(*os.File); ok && isTerminal(f) && !*asJSON {
+		// A terminal gets the full-screen live view (top.go), with keys
+		// from standard input when it is a terminal too.
+		if err := runTop(ctx, src, path, f, os.Stdin, *interval); err != nil {
 			return openErr(err)
 		}
-		if tty {
-			fmt.Fprintf(&buf, "\nrefreshing every %v; Ctrl-C to stop\n", *interval)
-		}
-		if _, err := stdout.Write(buf.Bytes()); err != nil {
-			return fail(exitFailure, "%v", err)
+		return exitOK
+	}
+	waiting := false
+	for first := true; ; first = false {
+		t, err := src.get()
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if !waiting {
+				waiting = true
+				fmt.Fprintf(stderr, "shmlocks dump: no table at %s yet; waiting for it\n", path)
+			}
+		case err != nil:
+			return openErr(err)
+		default:
+			waiting = false
+			st, err := gatherDump(t, path, time.Now())
+			if err != nil {
+				return openErr(err)
+			}
+			var buf bytes.Buffer
+			if !first && !*asJSON {
+				buf.WriteString("\n")
+			}
+			if err := show(&buf, st); err != nil {
+				return fail(exitFailure, "%v", err)
+			}
+			if _, err := stdout.Write(buf.Bytes()); err != nil {
+				return fail(exitFailure, "%v", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -172,31 +194,6 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		case <-time.After(*interval):
 		}
 	}
-}
-
-// dumpJSON prints the snapshot in manager.Snapshot's shape (never null arrays).
-func dumpJSON(t *table.Table, w io.Writer) error {
-	held, pending, err := t.Snapshot(nil)
-	if err != nil {
-		return err
-	}
-	conv := func(in []table.LockInfo) []manager.LockInfo {
-		out := make([]manager.LockInfo, 0, len(in))
-		for _, li := range in {
-			if li.Mode != table.ModeExclusive && li.Mode != table.ModeShared {
-				continue // torn read of a slot being reused
-			}
-			out = append(out, manager.LockInfo{Name: li.Name, Mode: manager.Mode(li.Mode),
-				ClientID: manager.ClientIDOf(li.Nonce), PID: li.PID})
-		}
-		return out
-	}
-	b, err := json.MarshalIndent(manager.Snapshot{Held: conv(held), Pending: conv(pending)}, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(append(b, '\n'))
-	return err
 }
 
 // dumpCheck opens the table as an agent and runs the consistency checker.

@@ -152,6 +152,7 @@ func TestUsageErrors(t *testing.T) {
 		{"stress", "--hold", "sometimes"},
 		{"stress", "--backend", "mutex"},
 		{"stress", "extra"},
+		{"stress", "--progress", "-1s"},
 		{"demo", "--procs", "0"},
 	} {
 		r := shm(t, nil, args...)

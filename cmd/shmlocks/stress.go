@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/shmlocks/shmlocks/stress"
 )
@@ -61,6 +62,13 @@ Any violation: the messages are printed, the table and check file are kept
 in the environment makes every worker break the lock's exclusion on purpose
 (the checkers must then report violations).
 
+The report counts each request once, by its outcome (granted and
+released, granted then stolen, not available, timed out, errors: they add
+up to "requests"), and says under it what each counter counts. --json
+prints {"violations": N, "runs": [one report per backend]} whatever the
+number of backends (docs/cli.md). Progress goes to standard error: on a
+terminal a line redrawn in place, otherwise a line every --progress.
+
 The run uses a fresh table in a temporary directory (not the default table
 location below), removed afterwards unless --keep or a violation. --table uses the given file instead (it must
 not be in use by anyone else: the final check expects it empty).
@@ -105,7 +113,8 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	backends := fs.String("backend", "shmlocks", "shmlocks, flock, or both comma-separated (run one after the other, reported side by side)")
 	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s)")
 	fs.DurationVar(&cfg.MaxGrantGap, "max-gap", 0, "no grant anywhere for this long is a violation (0: not checked)")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
+	asJSON := fs.Bool("json", false, "print the report as JSON: {\"violations\": N, \"runs\": [one report per backend]}")
+	progressEvery := fs.Duration("progress", 5*time.Second, "when standard error is not a terminal, a progress line every this often (0: none); on a terminal one line redrawn in place")
 	if code, ok := fs.parse(args); !ok {
 		return code
 	}
@@ -120,6 +129,9 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		if v.n < 1 {
 			return fs.usageError("%s must be at least 1", v.name)
 		}
+	}
+	if *progressEvery < 0 {
+		return fs.usageError("--progress must not be negative")
 	}
 	var err error
 	if cfg.Hold, err = stress.ParseHold(*hold); err != nil {
@@ -171,8 +183,11 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "shmlocks stress: not supported on this OS")
 		return exitFailure
 	}
-	if isTerminal(os.Stderr) && stderr == io.Writer(os.Stderr) {
+	switch {
+	case isTerminal(os.Stderr) && stderr == io.Writer(os.Stderr):
 		cfg.Progress = os.Stderr
+	case *progressEvery > 0:
+		cfg.Progress, cfg.ProgressEvery = stderr, *progressEvery
 	}
 
 	var reps []*stress.Report
@@ -197,15 +212,12 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		var v any = reps[0]
-		if len(reps) > 1 {
-			total := 0
-			for _, r := range reps {
-				total += r.Violations
-			}
-			v = map[string]any{"runs": reps, "violations": total}
+		// One shape whatever the number of backends.
+		out := stressJSONReport{Runs: reps}
+		for _, r := range reps {
+			out.Violations += r.Violations
 		}
-		if err := enc.Encode(v); err != nil {
+		if err := enc.Encode(out); err != nil {
 			fmt.Fprintln(stderr, "shmlocks stress:", err)
 			return exitFailure
 		}
@@ -219,4 +231,11 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return status
+}
+
+// stressJSONReport is the output of stress --json: the total of
+// violations and one report per backend, in the order run (docs/cli.md).
+type stressJSONReport struct {
+	Violations int              `json:"violations"`
+	Runs       []*stress.Report `json:"runs"`
 }

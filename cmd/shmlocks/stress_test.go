@@ -7,19 +7,55 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
 
-// stressJSON runs stress --json and decodes the report.
+// stressJSON runs stress --json with one backend and decodes its report.
 func stressJSON(t *testing.T, env []string, args ...string) (result, map[string]any) {
 	t.Helper()
-	r := shm(t, env, append([]string{"stress", "--json"}, args...)...)
-	var rep map[string]any
-	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep), "stdout %q stderr %q", r.stdout, r.stderr)
+	r, out := stressJSONRuns(t, env, args...)
+	runs := out["runs"].([]any)
+	require.Len(t, runs, 1)
+	rep := runs[0].(map[string]any)
+	require.Equal(t, rep["violations"], out["violations"], "the total of one run")
+	requireOutcomesAddUp(t, rep)
 	return r, rep
+}
+
+// stressJSONRuns runs stress --json and decodes the whole document: one
+// shape whatever the number of backends.
+func stressJSONRuns(t *testing.T, env []string, args ...string) (result, map[string]any) {
+	t.Helper()
+	r := shm(t, env, append([]string{"stress", "--json"}, args...)...)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), "stdout %q stderr %q", r.stdout, r.stderr)
+	require.ElementsMatch(t, []string{"violations", "runs"}, mapKeys(out))
+	return r, out
+}
+
+// requireOutcomesAddUp: every request of a report has exactly one outcome.
+func requireOutcomesAddUp(t *testing.T, rep map[string]any) {
+	t.Helper()
+	o := rep["outcomes"].(map[string]any)
+	var sum float64
+	for _, k := range []string{"granted", "stolen", "notAvailable", "timedOut", "errors"} {
+		sum += o[k].(float64)
+	}
+	require.Len(t, o, 5)
+	require.Equal(t, rep["ops"], sum, "the outcomes add up to the requests: %v", o)
+	require.GreaterOrEqual(t, rep["grants"].(float64), o["granted"].(float64), "grants count the stolen ones too")
+}
+
+func mapKeys(m map[string]any) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
 }
 
 func requirePercentiles(t *testing.T, rep map[string]any, key string) {
@@ -62,7 +98,7 @@ func TestStressJSON(t *testing.T) {
 			sum += v.(float64)
 		}
 	}
-	require.Equal(t, rep["outcomes"].(map[string]any)["granted"], sum, "every grant counted once, per goroutine")
+	require.Equal(t, rep["grants"], sum, "every grant counted once, per goroutine")
 	require.GreaterOrEqual(t, gf["max"].(float64), gf["min"].(float64))
 	require.False(t, rep["tableKept"].(bool))
 	_, err := os.Stat(rep["table"].(string))
@@ -77,7 +113,30 @@ func TestStressText(t *testing.T) {
 	require.Contains(t, r.stdout, "acquire wait, exclusive")
 	require.Contains(t, r.stdout, "handoff, all")
 	require.Regexp(t, `fairness per goroutine \(grants\) max/min\s+\d+/\d+ = \d+\.\d\d\n`, r.stdout)
-	require.NotContains(t, r.stderr, "\r", "no progress line when stderr is not a terminal")
+	require.NotContains(t, r.stderr, "\r", "no redrawn progress line when stderr is not a terminal")
+	require.NotContains(t, r.stderr, "stress: shmlocks", "no progress line before --progress (5s)")
+	// The outcome lines add up to the requests; the counters are explained.
+	num := func(label string) int {
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(label) + `\s+(\d+)\s*$`).FindStringSubmatch(r.stdout)
+		require.NotNil(t, m, "a %q line in %s", label, r.stdout)
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		return n
+	}
+	sum := 0
+	for _, l := range []string{"  granted and released", "  granted, then stolen", "  not available", "  timed out", "  errors"} {
+		sum += num(l)
+	}
+	require.Equal(t, num("requests (by outcome below)"), sum)
+	require.Contains(t, r.stdout, "Each request has one outcome")
+	require.Contains(t, r.stdout, "processes killed (--chaos)")
+
+	// Not on a terminal: a progress line every --progress.
+	r = shm(t, nil, "stress", "--duration", "1s", "--procs", "2", "--progress", "200ms")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	lines := regexp.MustCompile(`(?m)^stress: shmlocks \d+\.\ds/1s  requests \d+ \(\d+/s\)  kills 0  violations 0$`).FindAllString(r.stderr, -1)
+	require.GreaterOrEqual(t, len(lines), 2, "progress lines: %q", r.stderr)
+	require.NotContains(t, r.stderr, "\r")
 }
 
 // TestStressChaos: --chaos runs every feature by default (a process each:
@@ -170,6 +229,18 @@ func TestStressBothBackendsWithTable(t *testing.T) {
 	r := shm(t, nil, "stress", "--backend", "shmlocks,flock", "--duration", "500ms", "--ops", "0")
 	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
 	require.Regexp(t, `\s+shmlocks\s+flock\n`, r.stdout)
+
+	// --json: the same shape as with one backend, one report per run.
+	r, out := stressJSONRuns(t, nil, "--backend", "shmlocks,flock", "--duration", "300ms")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	runs := out["runs"].([]any)
+	require.Len(t, runs, 2)
+	for i, b := range []string{"shmlocks", "flock"} {
+		rep := runs[i].(map[string]any)
+		require.Equal(t, b, rep["backend"])
+		requireOutcomesAddUp(t, rep)
+	}
+	require.EqualValues(t, 0, out["violations"])
 
 	// --table: the given file is used and kept; its check file is removed.
 	tbl := filepath.Join(t.TempDir(), "mine.tbl")

@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -15,11 +19,15 @@ import (
 
 // The live view of `shmlocks dump --watch` on a terminal: a top-like full
 // screen, redrawn in place every interval on the alternate screen (the
-// terminal's own contents come back at exit). One line per name, sorted by
-// longest wait (then longest hold, then name), with its first holder (mode,
-// fencing token, pid, how long held) and how many more, and its queue
-// (length by mode, longest wait); a header with usage against the limits,
-// agents (dead ones not reaped yet) and reaps per second.
+// terminal's own contents come back at exit). One line per name with its
+// first holder (mode, fencing token, pid, command, how long held) and how
+// many more, and its queue (length by mode, longest wait); a header with
+// usage against the limits, agents (dead ones not reaped yet) and reaps
+// per second. Keys, read from standard input in cbreak mode (not echoed,
+// no Enter needed; the terminal's settings are restored at exit): q quits
+// (as Ctrl-C does), w, h and n sort by longest wait, longest hold or name,
+// s cycles through the three. A table that does not exist yet is waited
+// for; a replaced one is re-opened (tableSource, as serve does).
 
 const (
 	escAltScreen = "\x1b[?1049h\x1b[?25l" // alternate screen, hide the cursor
@@ -29,21 +37,60 @@ const (
 	escClearEOS  = "\x1b[J"
 )
 
+// topSort is the order of the names in the view.
+type topSort int
+
+const (
+	sortWait topSort = iota // longest wait first, then longest hold, then name
+	sortHold                // longest hold first, then longest wait, then name
+	sortName                // by name
+)
+
+func (s topSort) String() string {
+	return [...]string{"longest wait", "longest hold", "name"}[s]
+}
+
+// sortNames orders names by s.
+func sortNames(names []tablemetrics.Name, s topSort) {
+	slices.SortStableFunc(names, func(a, b tablemetrics.Name) int {
+		var c int
+		switch s {
+		case sortWait:
+			c = cmp.Or(cmp.Compare(b.LongestWait, a.LongestWait), cmp.Compare(b.LongestHold, a.LongestHold))
+		case sortHold:
+			c = cmp.Or(cmp.Compare(b.LongestHold, a.LongestHold), cmp.Compare(b.LongestWait, a.LongestWait))
+		}
+		return cmp.Or(c, cmp.Compare(a.Name, b.Name))
+	})
+}
+
 // topFrame is what one frame shows besides the table's state.
 type topFrame struct {
 	path       string
 	interval   time.Duration
 	cols, rows int
 	reapRate   float64 // reaps per second since the last frame (negative: first frame)
+	sort       topSort
+	keys       bool                 // keys are read (the header says which)
+	command    func(pid int) string // the command of a holder's process ("" unknown); nil: none
 }
 
+// The columns of a name line after NAME (fixed widths), with and without
+// COMMAND (left out when the terminal is too narrow for it and a name).
+const (
+	topColumns          = "%-5s %10s %8s %-15s %9s %8s %11s %9s"
+	topColumnsNoCommand = "%-5s %10s %8s%.0s %9s %8s %11s %9s"
+)
+
 // renderTop writes one frame of the live view: at most f.rows lines, each
-// cut to f.cols columns and followed by clear-to-end-of-line.
+// cut to f.cols columns and followed by clear-to-end-of-line. The names
+// are shown in st's order.
 func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 	var lines []string
 	add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
 	g, u := st.Geometry, st.Usage
-	add("shmlocks dump --watch  %s  %s  (every %v; Ctrl-C quits)", f.path, st.Time.Format("15:04:05"), f.interval)
+	// The path last: a narrow terminal cuts it first.
+	add("shmlocks dump --watch  %s  sorted by %s (%s)  every %v  %s", st.Time.Format("15:04:05"), f.sort, topKeysHelp(f.keys), f.interval, f.path)
 	rate := "-"
 	if f.reapRate >= 0 {
 		rate = strconv.FormatFloat(f.reapRate, 'f', 1, 64)
@@ -52,14 +99,30 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 		u.Entries, g.MaxResources, u.Slots, g.MaxRequests, u.Held, u.Waiting, topAge(st.LongestWait()))
 	add("agents %d/%d (%d dead)  reaps %d (%s/s)  repairs %d", st.Agents, g.MaxAgents, st.Dead, u.Reaps, rate, u.Repairs)
 	add("")
-	add("%-24s %-5s %10s %8s %9s %7s %9s %9s", "NAME", "MODE", "TOKEN", "PID", "HELD FOR", "+HOLDERS", "WAITING", "LONGEST")
+	// NAME takes what the fixed columns leave of the width (at least 12
+	// columns), and no more than the longest name needs.
+	columns := topColumns
+	fixed := len(fmt.Sprintf(columns, "", "", "", "", "", "", "", "")) + 1
+	if f.cols > 0 && f.cols-fixed < 12 {
+		columns = topColumnsNoCommand
+		fixed = len(fmt.Sprintf(columns, "", "", "", "", "", "", "", "")) + 1
+	}
+	longest := 4
+	for _, n := range st.Names {
+		longest = max(longest, len([]rune(quoteName(n.Name))))
+	}
+	nameW := longest
+	if f.cols > 0 {
+		nameW = min(longest, max(12, f.cols-fixed))
+	}
+	add("%-*s "+columns, nameW, "NAME", "MODE", "TOKEN", "PID", "COMMAND", "HELD FOR", "+HOLDERS", "WAITING", "LONGEST")
 	room := f.rows - len(lines)
 	for i, n := range st.Names {
 		if room <= 1 && i < len(st.Names)-1 || room <= 0 {
 			add("... %d more names", len(st.Names)-i)
 			break
 		}
-		mode, token, pid, held, more := "-", "-", "-", "-", ""
+		mode, token, pid, command, held, more := "-", "-", "-", "-", "-", ""
 		if len(n.Holders) > 0 {
 			h := n.Holders[0]
 			mode = "excl"
@@ -70,25 +133,48 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 			pid = strconv.Itoa(h.PID)
 			if h.Dead {
 				pid += "†"
+			} else if f.command != nil {
+				command = cutColumns(commandCell(f.command(h.PID)), 15)
 			}
-			if h.Held > 0 {
-				held = topAge(h.Held)
-			}
+			held = topAge(h.Held)
 			if len(n.Holders) > 1 {
 				more = "+" + strconv.Itoa(len(n.Holders)-1)
 			}
 		}
-		waiting, longest := "0", "-"
+		waiting, longestWait := "0", "-"
 		if n.Waiting > 0 {
 			waiting = fmt.Sprintf("%d (%dx/%ds)", n.Waiting, n.WaitingExclusive, n.WaitingShared)
-			longest = topAge(n.LongestWait)
+			longestWait = topAge(n.LongestWait)
 		}
-		add("%-24s %-5s %10s %8s %9s %7s %9s %9s", topName(n.Name, 24), mode, token, pid, held, more, waiting, longest)
+		add("%-*s "+columns, nameW, cutColumns(quoteName(n.Name), nameW), mode, token, pid, command, held, more, waiting, longestWait)
 		room--
 	}
 	if len(st.Names) == 0 {
 		add("(no lock is held or waited for)")
 	}
+	writeFrame(w, lines, f)
+}
+
+// topKeysHelp is the header's reminder of the keys.
+func topKeysHelp(keys bool) string {
+	if !keys {
+		return "Ctrl-C quits"
+	}
+	return "w/h/n/s sort, q quits"
+}
+
+// renderWaiting is the frame shown while there is no table at the path.
+func renderWaiting(w io.Writer, now time.Time, err error, f topFrame) {
+	writeFrame(w, []string{
+		fmt.Sprintf("shmlocks dump --watch  %s  (%s)  every %v  %s", now.Format("15:04:05"), topKeysHelp(f.keys), f.interval, f.path),
+		"",
+		fmt.Sprintf("no table here yet (%v); waiting for it", err),
+	}, f)
+}
+
+// writeFrame writes lines from the top left corner, cut to the frame's
+// size, each followed by clear-to-end-of-line, then clears the rest.
+func writeFrame(w io.Writer, lines []string, f topFrame) {
 	var b bytes.Buffer
 	b.WriteString(escHome)
 	for i, l := range lines {
@@ -108,24 +194,24 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 	w.Write(b.Bytes())
 }
 
-// topName shows a name in at most n columns: quoted if it has bytes that
-// would upset the terminal, cut with "…" if longer.
-func topName(s string, n int) string {
-	q := strconv.Quote(s)
-	if q[1:len(q)-1] != s {
-		s = q
+// quoteName is a name as the views show it: quoted if it has bytes that
+// would upset the terminal.
+func quoteName(s string) string {
+	if q := strconv.Quote(s); q[1:len(q)-1] != s {
+		return q
 	}
-	return cutColumns(s, n)
+	return s
 }
 
-// cutColumns cuts s to n runes (the view assumes one column per rune).
+// cutColumns cuts s to n runes, the last one "…" (the view assumes one
+// column per rune).
 func cutColumns(s string, n int) string {
 	r := []rune(s)
 	if len(r) <= n {
 		return s
 	}
 	if n <= 1 {
-		return string(r[:n])
+		return string(r[:max(n, 0)])
 	}
 	return string(r[:n-1]) + "…"
 }
@@ -135,36 +221,113 @@ func topAge(d time.Duration) string {
 	if d <= 0 {
 		return "-"
 	}
-	return table.RenderAge(d)
+	return renderAge(d)
 }
 
-// runTop runs the live view on the terminal out until ctx ends. The
-// terminal's size is looked up on every frame (a resize takes effect at the
-// next one).
-func runTop(ctx context.Context, t *table.Table, path string, out *os.File, interval time.Duration) error {
+// runTop runs the live view on the terminal out until ctx ends or q is
+// typed on in (nil, or not a terminal: no keys). The terminal's size is
+// looked up on every frame (a resize takes effect at the next one).
+func runTop(ctx context.Context, src *tableSource, path string, out, in *os.File, interval time.Duration) error {
 	io.WriteString(out, escAltScreen)
 	defer io.WriteString(out, escMainScr)
+	var keys <-chan byte
+	if in != nil {
+		if restore, ok := keyMode(in); ok {
+			defer restore()
+			done := make(chan struct{})
+			defer close(done)
+			keys = readKeys(in, done)
+		}
+	}
 	var lastReaps uint64
 	var lastAt time.Time
+	order := sortWait
+	commands := map[int]string{}
+	tick := time.NewTimer(0)
+	defer tick.Stop()
 	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case k := <-keys:
+			switch k {
+			case 'q', 'Q', 0x03, 0x04: // q, Ctrl-C (without ISIG), Ctrl-D
+				return nil
+			case 'w', 'W':
+				order = sortWait
+			case 'h', 'H':
+				order = sortHold
+			case 'n', 'N':
+				order = sortName
+			case 's', 'S':
+				order = (order + 1) % 3
+			default:
+				continue
+			}
+			// A new order: redraw now (the next refresh keeps its time).
+		case <-tick.C:
+			tick.Reset(interval)
+		}
 		now := time.Now()
-		st, err := tablemetrics.Gather(t, now)
+		f := topFrame{path: path, interval: interval, cols: 80, rows: 24, reapRate: -1, sort: order, keys: keys != nil}
+		if c, r, ok := termSize(out); ok {
+			f.cols, f.rows = c, r
+		}
+		t, err := src.get()
+		if errors.Is(err, fs.ErrNotExist) {
+			renderWaiting(out, now, err, f)
+			lastAt = time.Time{}
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		f := topFrame{path: path, interval: interval, cols: 80, rows: 24, reapRate: -1}
-		if c, r, ok := termSize(out); ok {
-			f.cols, f.rows = c, r
+		st, err := tablemetrics.Gather(t, now)
+		if err != nil {
+			return err
 		}
 		if !lastAt.IsZero() {
 			f.reapRate = float64(st.Usage.Reaps-lastReaps) / now.Sub(lastAt).Seconds()
 		}
 		lastReaps, lastAt = st.Usage.Reaps, now
-		renderTop(out, &st, f)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(interval):
+		sortNames(st.Names, order)
+		clear(commands) // a command is looked up once per frame and pid
+		f.command = func(pid int) string {
+			c, ok := commands[pid]
+			if !ok {
+				c = procCommand(pid)
+				commands[pid] = c
+			}
+			return c
 		}
+		renderTop(out, &st, f)
 	}
+}
+
+// readKeys reads single bytes from in (in cbreak mode, whose reads return
+// at least every 0.1 s) until done is closed.
+func readKeys(in *os.File, done <-chan struct{}) <-chan byte {
+	keys := make(chan byte, 16)
+	go func() {
+		buf := make([]byte, 16)
+		for {
+			n, err := in.Read(buf)
+			for _, k := range buf[:n] {
+				select {
+				case keys <- k:
+				case <-done:
+					return
+				}
+			}
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				return
+			}
+		}
+	}()
+	return keys
 }

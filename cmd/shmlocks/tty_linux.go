@@ -22,3 +22,24 @@ func termSize(f *os.File) (cols, rows int, ok bool) {
 	}
 	return int(ws.Col), int(ws.Row), true
 }
+
+// keyMode puts terminal f in cbreak mode for the live view's keys: input
+// is not echoed and each key is read as it is typed (no line editing),
+// and a read returns after at most 0.1 s without a key (so the reader can
+// stop); signals (Ctrl-C) still work. restore puts back the settings it
+// found. ok false: f is not a terminal (nothing changed).
+func keyMode(f *os.File) (restore func(), ok bool) {
+	fd := int(f.Fd())
+	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return func() {}, false
+	}
+	t := *old
+	t.Lflag &^= unix.ICANON | unix.ECHO
+	t.Cc[unix.VMIN] = 0
+	t.Cc[unix.VTIME] = 1
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &t); err != nil {
+		return func() {}, false
+	}
+	return func() { unix.IoctlSetTermios(fd, unix.TCSETS, old) }, true
+}

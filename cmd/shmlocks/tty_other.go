@@ -9,3 +9,6 @@ func isTerminal(*os.File) bool { return false }
 
 // termSize: unknown here.
 func termSize(*os.File) (cols, rows int, ok bool) { return 0, 0, false }
+
+// keyMode: no termios here; the live view takes no keys (Ctrl-C quits).
+func keyMode(*os.File) (restore func(), ok bool) { return func() {}, false }

@@ -31,7 +31,7 @@ type Name struct {
 	WaitingExclusive, WaitingShared int
 	// LongestWait is the age of the oldest queued request (0: none).
 	LongestWait time.Duration
-	// LongestHold is the age of the oldest grant whose time is known.
+	// LongestHold is the age of the oldest grant.
 	LongestHold time.Duration
 }
 
@@ -41,8 +41,9 @@ type Holder struct {
 	Token    uint64
 	PID      int
 	ClientID string
-	// Held is how long it has been held; 0 for a lock granted at once
-	// (the fast path records no time, to keep the clock off it).
+	// Held is how long it has been held (a lock granted at once is
+	// stamped from a coarse clock: up to about 0.1 s long); 0 only for a
+	// fast grant a moment old, whose time is not written yet.
 	Held  time.Duration
 	Steal bool // granted by a steal
 	Dead  bool // its process is gone (not yet reaped)

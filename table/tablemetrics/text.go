@@ -133,7 +133,7 @@ func (e *expo) names(names []Name) {
 			e.sample(mLockWait, `name="`+lv+`"`, a.wait.Seconds())
 		}
 	}
-	e.family(mLockHold, "gauge", "Age of the oldest grant on a lock name whose time is known (a lock granted at once records none: 0).")
+	e.family(mLockHold, "gauge", "Age of the oldest current grant on a lock name, granted at once or from the queue.")
 	for _, lv := range order {
 		if a := byLabel[lv]; a.held {
 			e.sample(mLockHold, `name="`+lv+`"`, a.hold.Seconds())

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/shmlocks/shmlocks/table"
+)
+
+// dumpState is what `shmlocks dump` shows, read once from a table mapped
+// read-only: the header, usage, agents, held locks, pending requests and
+// watches, and the wait-for graph. The plain view (render.go) and --json
+// (dumpjson.go) are two renderings of it.
+type dumpState struct {
+	Time     time.Time
+	Path     string
+	Size     int
+	Geometry table.Geometry
+	Buckets  int
+	Created  time.Time
+	BootID   [16]byte
+	ThisBoot bool
+	Nonce    uint64
+	Usage    table.Usage
+	Agents   []dumpAgent
+	// Held, Pending (per name in queue order) and Watching in the order
+	// the table gave them (Snapshot, Watches): node i of Waits is Held[i],
+	// node len(Held)+j is Pending[j]. The renderings sort them.
+	Held, Pending, Watching []dumpLock
+	// Waits is the wait-for graph of Held and Pending (in Snapshot's
+	// order); Cycles its cycles in this one read (which may be phantoms
+	// of a table that changed while it was read; --check reads twice).
+	Waits  *table.WaitFor
+	Cycles [][]int
+}
+
+// dumpAgent is one agent record.
+type dumpAgent struct {
+	Index    uint32
+	PID      int
+	State    string // "alive", "dead", "registering" or "invalid(N)"
+	ClientID string
+	Command  string // "" unless alive and /proc tells
+	Held     int
+	Waiting  int
+	Since    time.Time
+}
+
+// dumpLock is one held lock, pending request or watch.
+type dumpLock struct {
+	table.LockInfo
+	ClientID string
+	// Agent is the state of the request's agent: "alive", "dead" (its
+	// process is gone, not yet reaped) or "no agent" (a torn read).
+	Agent   string
+	Command string
+}
+
+// Dead reports whether the request's process is gone.
+func (l *dumpLock) Dead() bool { return l.Agent != "alive" }
+
+// age is how long l has been held or waiting at now; ok false when the
+// table has no time for it.
+func (l *dumpLock) age(now time.Time) (time.Duration, bool) {
+	if l.Since <= 0 {
+		return 0, false
+	}
+	return max(0, now.Sub(time.Unix(0, l.Since))), true
+}
+
+// gatherDump reads t (mapped read-only, never latched) at now. A file
+// truncated under us gives ErrCorrupt (table.Guard), never a fault.
+func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) {
+	st := &dumpState{Time: now, Path: path, Size: t.Size(), Geometry: t.Geometry(), Buckets: t.Buckets(), Nonce: t.Nonce()}
+	err := table.Guard(func() error {
+		st.Created, st.BootID = t.Created(), t.BootID() // read from the mapping
+		st.ThisBoot = st.BootID == table.BootID()
+		st.Usage = t.Usage()
+		held, pending, err := t.Snapshot(nil)
+		if err != nil {
+			return err
+		}
+		watching := t.Watches()
+		agents := t.Agents()
+		type agentOf struct {
+			state, command string
+			i              int
+		}
+		byIdx := map[uint32]agentOf{}
+		for i, a := range agents {
+			state := "dead"
+			switch {
+			case a.State == table.AgentRegistering:
+				state = "registering"
+			case a.State != table.AgentAlive:
+				state = fmt.Sprintf("invalid(%d)", a.State)
+			case a.Live(): // its process, or the process group co-owning it (exec)
+				state = "alive"
+			}
+			command := ""
+			if state == "alive" { // else the PID may be another process's now
+				if table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot}) {
+					command = procCommand(a.PID)
+				} else if a.CoOwner != 0 {
+					command = procCommand(a.CoOwner) // the wrapper died: its command's group leader
+				}
+			}
+			byIdx[a.Index] = agentOf{state, command, i}
+			st.Agents = append(st.Agents, dumpAgent{Index: a.Index, PID: a.PID, State: state,
+				ClientID: clientID(a.Nonce), Command: command, Since: a.Since})
+		}
+		conv := func(in []table.LockInfo, count func(*dumpAgent)) []dumpLock {
+			out := make([]dumpLock, 0, len(in))
+			for _, li := range in {
+				l := dumpLock{LockInfo: li, ClientID: clientID(li.Nonce), Agent: "no agent"}
+				if a, ok := byIdx[li.Agent]; ok {
+					l.Agent, l.Command = a.state, a.command
+					if a.state != "alive" {
+						l.Agent = "dead"
+					}
+					if count != nil {
+						count(&st.Agents[a.i])
+					}
+				}
+				out = append(out, l)
+			}
+			return out
+		}
+		st.Held = conv(held, func(a *dumpAgent) { a.Held++ })
+		st.Pending = conv(pending, func(a *dumpAgent) { a.Waiting++ })
+		st.Watching = conv(watching, nil)
+		st.Waits = table.NewWaitFor(held, pending)
+		st.Cycles = st.Waits.Cycles()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// clientID formats an agent nonce as manager.ClientIDOf does.
+func clientID(nonce uint64) string { return strconv.FormatUint(nonce, 16) }
+
+// modeName names a mode as the table stores it ("any": a watch for any
+// change); a torn read of a slot being reused shows its number.
+func modeName(m uint32) string {
+	switch m {
+	case table.ModeExclusive:
+		return "exclusive"
+	case table.ModeShared:
+		return "shared"
+	case table.ModeAny:
+		return "any"
+	}
+	return fmt.Sprintf("mode(%d)", m)
+}
+
+// sortedHeld returns the indices of st.Held by name, then token.
+func sortedHeld(st *dumpState) []int {
+	idx := make([]int, len(st.Held))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		if c := cmp.Compare(st.Held[a].Name, st.Held[b].Name); c != 0 {
+			return c
+		}
+		return cmp.Compare(st.Held[a].Token, st.Held[b].Token)
+	})
+	return idx
+}
+
+// sortedPending returns the indices of st.Pending by name, in queue order
+// per name (Snapshot's order, kept by a stable sort).
+func sortedPending(st *dumpState) []int {
+	idx := make([]int, len(st.Pending))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(st.Pending[a].Name, st.Pending[b].Name) })
+	return idx
+}
+
+// validMode reports whether m is a request's mode (not a torn read of a
+// slot being reused).
+func validMode(m uint32) bool { return m == table.ModeExclusive || m == table.ModeShared }
