@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestProcessAlive: a running process is alive; a zombie (exited, not yet
-// waited for), a process that is gone, and a reused pid (another start
-// time) are not.
+// TestProcessAlive: a running process is alive; one whose exit has begun,
+// a zombie (exited, not yet waited for), a process that is gone, and a
+// reused pid (another start time) are not.
 func TestProcessAlive(t *testing.T) {
 	self := os.Getpid()
 	require.True(t, processAlive(self, processStart(self)))
@@ -32,11 +32,20 @@ func TestProcessAlive(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the exited child never showed as a zombie")
 		time.Sleep(time.Millisecond)
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	require.NoError(t, err, "not yet waited for: still in /proc")
-	st, _, ok := parseStat(b)
-	require.True(t, ok)
-	require.Equal(t, byte('Z'), st)
+	// Not alive as soon as its exit begins; a zombie (still in /proc: not
+	// yet waited for) once it has ended.
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		require.NoError(t, err, "not yet waited for: still in /proc")
+		st, _, ok := parseStat(b)
+		require.True(t, ok)
+		if st == 'Z' {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the exited child never became a zombie (state %c)", st)
+		require.False(t, processAlive(pid, 0), "an exiting process is not alive")
+		time.Sleep(time.Millisecond)
+	}
 	require.NoError(t, cmd.Wait())
 	require.False(t, processAlive(pid, 0))
 }
