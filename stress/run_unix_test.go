@@ -16,6 +16,9 @@ import (
 
 // TestMain doubles as the worker: Run re-executes this test binary.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == fakeExecArg {
+		os.Exit(fakeExec(os.Args[2:]))
+	}
 	if IsWorker() {
 		os.Exit(WorkerMain(os.Stdout, os.Stderr))
 	}
