@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -200,7 +201,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		bySlot:   newSlotIndex[waiter](t.Slots()),
 		queues:   map[string]*waitList{},
 		dones:    map[<-chan struct{}]*doneWatch{},
-		clientID: ClientIDOf(nonce),
+		clientID: inspect.ClientID(nonce),
 	}
 	m.log.l, m.log.path = o.Logger, path
 	if m.log.l == nil {
@@ -266,12 +267,6 @@ func (m *Manager) ClientID() string { return m.clientID }
 
 // Path returns the table file's path.
 func (m *Manager) Path() string { return m.path }
-
-// Table exposes the underlying table (inspection and tests).
-func (m *Manager) Table() *table.Table { return m.t }
-
-// Agent exposes this Manager's agent record (inspection and tests).
-func (m *Manager) Agent() *table.Agent { return m.a }
 
 // Check runs the table's consistency checker on the live table.
 func (m *Manager) Check() error {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -96,7 +97,7 @@ func nameState(name string, ni *table.NameInfo) NameState {
 func requestStates(in []table.LockInfo) []RequestState {
 	out := make([]RequestState, len(in))
 	for i, li := range in {
-		out[i] = RequestState{Mode: Mode(li.Mode), ClientID: ClientIDOf(li.Nonce), PID: li.PID, Token: li.Token}
+		out[i] = RequestState{Mode: Mode(li.Mode), ClientID: inspect.ClientID(li.Nonce), PID: li.PID, Token: li.Token}
 		if li.Since > 0 {
 			out[i].Since = time.Unix(0, li.Since)
 		}
