@@ -11,7 +11,7 @@ import (
 
 	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/manager"
-	"github.com/shmlocks/shmlocks/table/tablemetrics"
+	"github.com/shmlocks/shmlocks/internal/tablemetrics"
 )
 
 // Options configure a Collector. nil means the zero Options.

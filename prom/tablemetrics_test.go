@@ -13,7 +13,7 @@ import (
 
 	"github.com/shmlocks/shmlocks/manager"
 	"github.com/shmlocks/shmlocks/table"
-	"github.com/shmlocks/shmlocks/table/tablemetrics"
+	"github.com/shmlocks/shmlocks/internal/tablemetrics"
 )
 
 // The hand-written exposition of package tablemetrics (what `shmlocks serve

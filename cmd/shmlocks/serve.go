@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/shmlocks/shmlocks/table"
-	"github.com/shmlocks/shmlocks/table/tablemetrics"
+	"github.com/shmlocks/shmlocks/internal/tablemetrics"
 )
 
 const serveAbout = `Serve the state of a whole lock table over HTTP for a Prometheus scraper

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/shmlocks/shmlocks/table"
-	"github.com/shmlocks/shmlocks/table/tablemetrics"
+	"github.com/shmlocks/shmlocks/internal/tablemetrics"
 )
 
 // The live view of `shmlocks dump --watch` on a terminal: a top-like full

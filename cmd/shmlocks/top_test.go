@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/table"
-	"github.com/shmlocks/shmlocks/table/tablemetrics"
+	"github.com/shmlocks/shmlocks/internal/tablemetrics"
 )
 
 // The view fits the terminal: at most rows lines of at most cols columns,
