@@ -288,7 +288,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 }
 
 // mono is the waiting policy's monotonic clock: the table's (a park may
-// use its enqueue's reading, Agent.RecentMono).
+// use its enqueue's reading, table.EnqueuedMono).
 func (m *Manager) mono() int64 { return table.MonoNow() }
 
 // reapHolders reaps the dead agents among name's holders and queue, so that

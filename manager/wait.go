@@ -86,7 +86,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 	// The park's clock, for the waiting policy's view of the machine and
 	// the watch: the reading of our enqueue a moment ago, unless we spun
 	// first (a spin may last long while the queue moves).
-	now := m.a.RecentMono()
+	now := m.t.EnqueuedMono(ref)
 	if placed {
 		now = m.mono()
 	}
