@@ -234,7 +234,7 @@ func TestDeadlockNoFalsePositiveGoroutines(t *testing.T) {
 // the cycle (the victim had the cycle been real). B never checks (negative
 // delay); A's first check is due a second after it parks, long after B's
 // death (the check reaps the dead before it reads the graph; the survivors'
-// pidfd watchers usually reap it first).
+// reapers (pidfds) usually reap it first).
 func TestDeadlockDeadMemberIsNoCycle(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, dlOpts(-1))

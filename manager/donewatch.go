@@ -30,6 +30,14 @@ import (
 // with its channel. A park that registers after the AfterFunc ran (its
 // context was done already) looks at ctx.Done() before it sleeps.
 
+// doneWatches are a Manager's watched Done channels (under m.mu).
+type doneWatches struct {
+	dones       map[<-chan struct{}]*doneWatch // watched Done channels of parked requests
+	lastDone    <-chan struct{}                // the Done channel of the last park that did not register
+	nidle       int                            // registrations in dones with no park
+	doneIdleSeq uint64                         // orders idle registrations (oldest stopped first)
+}
+
 // doneWatch is one watched Done channel (fields under m.mu).
 type doneWatch struct {
 	done <-chan struct{}

@@ -93,6 +93,14 @@ const (
 
 // Manager is one agent of a lock table: the handle through which a process
 // requests, holds and releases locks. It is safe for concurrent use.
+//
+// Its state is in parts, each declared and documented by the file that owns
+// it: the Manager's life (lifecycle, below), its parked requests (waiters,
+// waitlist.go, and the Done channels they share, doneWatches,
+// donewatch.go), the wake-ups it receives (wakes, scan.go), its view of the
+// machine for the waiting policy (machineView, waitpolicy.go), the turn
+// rules (turnState, turns.go), the death watcher (reaper), its registries
+// of watched locks and observers, its counters and its log.
 type Manager struct {
 	t        *table.Table
 	a        *table.Agent
@@ -105,47 +113,31 @@ type Manager struct {
 	deadlock time.Duration // OpenOptions.DeadlockDelay; <= 0: no checks
 	dl       deadlockState // this Manager's deadlock checks (deadlock.go)
 
+	lifecycle           // open, closing, closed; operations in flight
+	held      registry  // our granted locks whose loss is watched, by slot (registry.go)
+	obs       observers // our watches of names (WaitUnlocked, Watch), by slot (observe.go)
+
+	waiters     // our parked requests, and mu, which guards them (waitlist.go)
+	doneWatches // the Done channels of parked requests watched once for all (donewatch.go)
+
+	wakes                    // the doorbell, the bell loop and whom a grant wakes (scan.go)
+	machineView              // the waiting policy's view of the machine (waitpolicy.go)
+	turnState                // who yields the P at a release (turns.go)
+	lastInWay   atomic.Int64 // unix ns of the last reapHolders look (request.go)
+
+	stats *stats   // nil unless OpenOptions.Stats; written once by Open
+	log   eventLog // OpenOptions.Logger (events.go)
+}
+
+// lifecycle is a Manager's life: Open makes it, Close ends it, and every
+// table operation in between is counted in flight so that Close can wait
+// for it (enter, leave).
+type lifecycle struct {
 	closed   atomic.Bool
 	inflight atomic.Int64  // table operations in progress (Close waits for them)
 	closing  chan struct{} // closed by Close: waiters give up
 	faulted  atomic.Bool   // a read of the mapping faulted (file truncated): inflight may be off
-
-	held registry  // our granted locks whose loss is watched, by slot
-	obs  observers // our watches of names (WaitUnlocked, Watch), by slot: observe.go
-
-	mu          sync.Mutex
-	nwait       int                            // our parked requests (in queues)
-	bySlot      slotIndex[waiter]              // the same by slot, read without mu (pokeSlot)
-	queues      map[string]*waitList           // the same, per name in queue order
-	freeWaiters *waiter                        // removed waiters kept for reuse, linked by next (waitlist.go)
-	nfree       int                            // waiters on freeWaiters
-	dones       map[<-chan struct{}]*doneWatch // watched Done channels of parked requests (donewatch.go)
-	lastDone    <-chan struct{}                // the Done channel of the last park that did not register
-	nidle       int                            // registrations in dones with no park
-	doneIdleSeq uint64                         // orders idle registrations (oldest stopped first)
-
-	bell      *doorbell
-	watch     *watcher
-	ringFn    func(agent uint32, nonce uint64)
-	pokeFn    func(slot uint32) // pokeSlot
-	faultFn   func()            // m.noteFault, bound once (EndGuard's onFault)
-	stopOnce  sync.Once
-	bg        sync.WaitGroup
-	lastBell  atomic.Uint32
-	spinners  atomic.Int32  // requests of ours in spinHead now
-	loops     atomic.Uint64 // bell-loop rounds done (tests wait for one after a change)
-	lastStl   atomic.Uint32
-	lastInWay atomic.Int64 // unix ns of the last reapHolders look
-	lastYield atomic.Int64 // m.mono() when this Manager last got its CPU back from a yield
-	cpuAt     atomic.Int64 // m.mono() when cpus, usable and agents were last looked up (0: never)
-	cpus      atomic.Int32 // CPUs this process may run on (its affinity), as of cpuAt
-	usable    atomic.Int32 // min(cpus, GOMAXPROCS), as of cpuAt
-	procs     atomic.Int32 // GOMAXPROCS, as of cpuAt
-	agents    atomic.Int32 // live agents on the table, as of cpuAt (waitpolicy.go)
-	turnState              // who yields the P at a release (turns.go)
-
-	stats *stats   // nil unless OpenOptions.Stats; written once by Open
-	log   eventLog // OpenOptions.Logger (events.go)
+	bg       sync.WaitGroup
 }
 
 // Open maps the lock table at path, creating it with the geometry in opts
@@ -196,13 +188,13 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		spin:     spin,
 		handOver: o.HandOver && spin > 0,
 		deadlock: deadlock,
-		closing:  make(chan struct{}),
-		held:     newRegistry(t.Slots()),
-		bySlot:   newSlotIndex[waiter](t.Slots()),
-		queues:   map[string]*waitList{},
-		dones:    map[<-chan struct{}]*doneWatch{},
 		clientID: inspect.ClientID(nonce),
+		held:     newRegistry(t.Slots()),
 	}
+	m.closing = make(chan struct{})
+	m.bySlot = newSlotIndex[waiter](t.Slots())
+	m.queues = map[string]*waitList{}
+	m.dones = map[<-chan struct{}]*doneWatch{}
 	m.log.l, m.log.path = o.Logger, path
 	if m.log.l == nil {
 		m.log.l = discard
@@ -241,7 +233,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		t.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	m.watch = newWatcher(m)
+	m.reaper = newReaper(m)
 	m.bg.Add(1)
 	go m.bellLoop()
 	runtime.AddCleanup(m, func(t *table.Table) { t.Close() }, t)
@@ -342,7 +334,7 @@ func (m *Manager) Close() error {
 	// gives the lock back itself if it finds it set, while Deregister
 	// releases every fast hold it finds (see acquire).
 	pollUntil(time.Second, func() bool { return m.t.ClaimsSettled(m.a) })
-	m.watch.stop()
+	m.reaper.stop()
 	m.bell.close()
 	m.bg.Wait()
 	// The watched locks are lost before the table lets anyone else have
@@ -441,7 +433,7 @@ func (m *Manager) reapOne(idx uint32) {
 
 // reapExited reaps agent idx, whose process a pidfd has reported exited
 // while the record held word (the pidfd was opened on the process the record
-// named, see watcher.refresh). No liveness check is needed: reading
+// named, see reaper.refresh). No liveness check is needed: reading
 // /proc/PID/stat of a process in the middle of its exit took 40-70 µs, the
 // largest part of the time from a holder's death to the next grant. Reap is
 // keyed on word, so a record reused meanwhile is left alone.

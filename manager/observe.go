@@ -289,7 +289,7 @@ func (m *Manager) observe(name string, h uint64, mode uint32) (o *observer, err 
 		m.drop(o)
 		return nil, err
 	}
-	m.watch.kick() // watch the other agents' processes: a dead holder is reaped
+	m.reaper.kick() // watch the other agents' processes: a dead holder is reaped
 	return o, nil
 }
 
@@ -390,8 +390,8 @@ func (o *observer) poke() {
 	}
 }
 
-// watching reports whether this Manager has registered watches (the pidfd
-// watcher then watches the other agents, as for waiting requests).
+// watching reports whether this Manager has registered watches (the
+// reaper then watches the other agents, as for waiting requests).
 func (m *Manager) watching() bool { return m.obs.n.Load() > 0 }
 
 // wrapName wraps a non-nil err with what was done and the name.

@@ -10,6 +10,21 @@ import (
 // wake the parked requests whose slot changed or that became the head of
 // their queue, and mark lost the held locks that were stolen.
 
+// wakes are how a Manager is woken and wakes others: its doorbell and the
+// bell loop that waits on it, the death watcher, and the functions a
+// grant's wakes are delivered with (bound once, so that a delivery
+// allocates nothing).
+type wakes struct {
+	bell     *doorbell
+	reaper   *reaper
+	ringFn   func(agent uint32, nonce uint64) // ring
+	pokeFn   func(slot uint32)                // pokeSlot
+	faultFn  func()                           // noteFault (EndGuard's onFault)
+	lastBell atomic.Uint32                    // the bell word at the last scan
+	loops    atomic.Uint64                    // bell-loop rounds done (tests wait for one after a change)
+	lastStl  atomic.Uint32                    // the steal word at the last scan
+}
+
 // scan looks at every waiting request and held lock of this Manager: wakes
 // the waiters whose slot changed and marks lost the locks that were stolen.
 // With force it looks even if the sequence words did not change.

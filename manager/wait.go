@@ -91,8 +91,8 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 		now = m.mono()
 	}
 	m.refreshView(now)
-	if first || m.watch.stale(now) {
-		m.watch.kick() // watch the agents in our way (a refresh per park cost 18% of the CPU at 1 x 64)
+	if first || m.reaper.stale(now) {
+		m.reaper.kick() // watch the agents in our way (a refresh per park cost 18% of the CPU at 1 x 64)
 	}
 	if holds := carriedRefs(ctx); len(holds) > 0 {
 		m.tagCarried(w, holds) // so that the wait-for graph goes through them (deadlock.go)

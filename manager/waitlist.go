@@ -10,6 +10,19 @@ import (
 // The local level of the two-level queue: this Manager's parked requests
 // per name, in the table queue's order, and the channels that wake them.
 
+// waiters are a Manager's parked requests: by slot (for a poke by slot,
+// read without mu) and per name in queue order, with a free list of
+// waiters kept for reuse. mu guards them, the done watches (donewatch.go)
+// and the deadlock rounds' bookkeeping (deadlock.go).
+type waiters struct {
+	mu          sync.Mutex
+	nwait       int                  // our parked requests (in queues)
+	bySlot      slotIndex[waiter]    // the same by slot, read without mu (pokeSlot)
+	queues      map[string]*waitList // the same, per name in queue order
+	freeWaiters *waiter              // removed waiters kept for reuse, linked by next
+	nfree       int                  // waiters on freeWaiters
+}
+
 // waiter is a goroutine waiting for its request to be granted.
 type waiter struct {
 	ref   table.Ref

@@ -12,6 +12,18 @@ import (
 // table's queue does, in order (docs/design.md §4). It decides who burns
 // a CPU, and when.
 
+// machineView is what the waiting policy knows of the machine and of its
+// own spinners; the machine is looked up at most every 100 ms (refreshView).
+type machineView struct {
+	spinners  atomic.Int32 // requests of ours in spinHead now
+	lastYield atomic.Int64 // m.mono() when this Manager last got its CPU back from a yield
+	cpuAt     atomic.Int64 // m.mono() when cpus, usable and agents were last looked up (0: never)
+	cpus      atomic.Int32 // CPUs this process may run on (its affinity), as of cpuAt
+	usable    atomic.Int32 // min(cpus, GOMAXPROCS), as of cpuAt
+	procs     atomic.Int32 // GOMAXPROCS, as of cpuAt
+	agents    atomic.Int32 // live agents on the table, as of cpuAt
+}
+
 // yieldDue reports whether this Manager has kept its CPU for yieldEvery.
 func (m *Manager) yieldDue() bool {
 	return m.mono()-m.lastYield.Load() > int64(yieldEvery)
