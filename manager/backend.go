@@ -72,13 +72,12 @@ type BackendGrant struct {
 // Open remains the default. Path of such a Manager returns "", and Check
 // returns nil.
 func NewBackendManager(b Backend) *Manager {
-	m := &Manager{
+	return &Manager{lifecycle: lifecycle{
 		be:       b,
 		clientID: b.ClientID(),
 		maxName:  b.MaxNameLen(),
-	}
-	m.closing = make(chan struct{})
-	return m
+		closing:  make(chan struct{}),
+	}}
 }
 
 // backendGrant is a BackendGrant held by a Lock (in its lockExt).

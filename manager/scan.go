@@ -101,3 +101,29 @@ func (m *Manager) loseIfGone(slot uint32, e *regEntry) {
 		}
 	}
 }
+
+// ring is called by Deliver for an agent that must be woken.
+func (m *Manager) ring(agent uint32, nonce uint64) {
+	if m.a != nil && agent == m.a.Idx {
+		m.scan(false)
+		return
+	}
+	m.bell.ring(nonce)
+}
+
+// deliver delivers w: a sleeping request of this Manager that was granted
+// or made the head is poked directly (pokeSlot), every other agent rung.
+// It returns how many requests of ours it poked.
+func (m *Manager) deliver(w *table.Wakes) int {
+	return m.t.DeliverLocal(w, m.a.Idx, m.pokeFn, m.ringFn)
+}
+
+// pokeSlot pokes the parked waiter of ours at slot s, if any. A waiter
+// is indexed before it sets its park mark, and a poke only makes it look
+// at its slot again, so a poke for a waiter that has just left (or for
+// the next request parked at the same slot) costs one look.
+func (m *Manager) pokeSlot(s uint32) {
+	if w := m.bySlot.load(s); w != nil {
+		w.poke()
+	}
+}

@@ -201,3 +201,10 @@ func (w *waiter) poke() {
 	default:
 	}
 }
+
+// parkedWaiters returns how many requests of ours are registered as parked.
+func (m *Manager) parkedWaiters() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.nwait
+}

@@ -12,6 +12,21 @@ import (
 // table's queue does, in order (docs/design.md §4). It decides who burns
 // a CPU, and when.
 
+const (
+	// yieldEvery: a Manager that has run for this long since it last gave
+	// up its CPU does so before its next request joins a queue (it checks
+	// on every request that finds its name taken, and on every release of
+	// a token that is a multiple of yieldCheckOps), never while it holds or
+	// waits.
+	yieldEvery    = 50 * time.Microsecond
+	yieldCheckOps = 32
+	// goschedEvery: a spinning request that need not yield between looks
+	// (spinLooksOnly: a P free for the rest of its process, no request of
+	// its Manager parked) gives its P to the process's other goroutines
+	// this often, instead of after every look.
+	goschedEvery = 10 * time.Microsecond
+)
+
 // machineView is what the waiting policy knows of the machine and of its
 // own spinners; the machine is looked up at most every 100 ms (refreshView).
 type machineView struct {

@@ -7,7 +7,8 @@
 //	go run ./internal/filemap [-v] ./manager ./table ...
 //
 // An arrow a → b means that a (a non-test .go file) uses a package-level
-// name, a method or a struct field declared in b. Files are ordered so that
+// name, a method or a struct field declared in b (a method's receiver type
+// does not count: declaring a method is not using the type's file). Files are ordered so that
 // as few arrows as possible point up (a greedy feedback-arc-set order, ties
 // broken by name); an arrow that still points up is a back arrow. A file's
 // level is one more than the highest level it uses through forward arrows.
@@ -200,8 +201,25 @@ func analyse(fset *token.FileSet, imp types.Importer, p listed) (*summary, error
 			}
 		}
 	}
+	// A method's receiver names its type: that is where the method is
+	// declared, not a use of the file that declares the type.
+	recv := map[token.Pos]bool{}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
+				ast.Inspect(fd.Recv, func(n ast.Node) bool {
+					if id, ok := n.(*ast.Ident); ok {
+						recv[id.Pos()] = true
+					}
+					return true
+				})
+			}
+		}
+	}
 	for id, obj := range info.Uses {
-		add(id.Pos(), obj)
+		if !recv[id.Pos()] {
+			add(id.Pos(), obj)
+		}
 	}
 	for sel, x := range info.Selections {
 		add(sel.Sel.Pos(), x.Obj())
