@@ -36,7 +36,10 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	if err := checkTablePath(path); err != nil { // path.go
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	t, _, err := table.Open(path, g, o.FileMode)
+	if err := o.Fairness.validate(); err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	t, _, err := table.OpenFair(path, g, o.FileMode, o.Fairness.tableBound())
 	if err != nil {
 		(&eventLog{l: o.Logger, path: path}).corrupt(nil, "open", err)
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -59,7 +62,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 			clientID: inspect.ClientID(nonce),
 			closing:  make(chan struct{}),
 		},
-		settings: settings{spin: spin, handOver: o.HandOver && spin > 0, deadlock: deadlock},
+		settings: settings{spin: spin, handOver: o.HandOver && spin > 0, bounded: t.Bound() > 0, deadlock: deadlock},
 		held:     newRegistry(t.Slots()),
 	}
 	m.bySlot = newSlotIndex[waiter](t.Slots())

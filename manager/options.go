@@ -40,6 +40,13 @@ type OpenOptions struct {
 	// usable CPUs. Off by default.
 	HandOver bool
 
+	// Fairness is the order in which the table grants a name's requests:
+	// FIFO (the zero value: strict arrival order, Web Locks) or Bounded(d)
+	// (a request may take a free name ahead of queued ones while the oldest
+	// of them has waited less than d). Used only when the file is created;
+	// an existing file keeps its own (Manager.Fairness). See fairness.go.
+	Fairness Fairness
+
 	// Stats makes the Manager count its requests by mode and outcome, their
 	// time queued, steals, lost locks, reaps and repairs (see Stats): an
 	// atomic add per request, and two clock reads and three adds more for a
@@ -72,6 +79,7 @@ var (
 type settings struct {
 	spin     time.Duration // OpenOptions.SpinLimit
 	handOver bool          // OpenOptions.HandOver, and spinning allowed (turns.go)
+	bounded  bool          // the table's fairness is Bounded (fairness.go)
 	deadlock time.Duration // OpenOptions.DeadlockDelay; <= 0: no checks
 }
 

@@ -304,6 +304,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Chaos = -1 },
 		func(c *Config) { c.Worker = nil },
 		func(c *Config) { c.Ops = -3 },
+		func(c *Config) { c.Fairness = "bounded:0s" },
+		func(c *Config) { c.Fairness = "lifo" },
 	} {
 		c := good()
 		mut(&c)

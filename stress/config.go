@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // Backends.
@@ -44,6 +46,7 @@ type Config struct {
 	Deadline    time.Duration // that deadline
 	Hold        Hold          // how long a granted lock is held
 	HandOver    bool          // shmlocks workers open with manager.OpenOptions.HandOver
+	Fairness    string        // the shmlocks table is created with this manager.Fairness ("fifo", "bounded:1ms"; "": fifo)
 
 	Target string // what a registered backend's workers open (RegisterBackend)
 
@@ -131,6 +134,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Deadline <= 0 {
 		return bad("--deadline %v must be positive", c.Deadline)
+	}
+	if c.Fairness != "" {
+		if _, err := manager.ParseFairness(c.Fairness); err != nil {
+			return bad("--fairness %q: want fifo or bounded:DURATION (e.g. bounded:1ms)", c.Fairness)
+		}
 	}
 	if !(c.Chaos >= 0) || math.IsInf(c.Chaos, 0) {
 		return bad("--chaos %v must be a non-negative rate", c.Chaos)

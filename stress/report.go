@@ -130,7 +130,8 @@ type Report struct {
 	Goroutines        int                    `json:"goroutines"`
 	Names             int                    `json:"names"`
 	Hold              string                 `json:"hold"`
-	HandOver          bool                   `json:"handOver,omitempty"` // shmlocks opened with OpenOptions.HandOver
+	HandOver          bool                   `json:"handOver,omitempty"`      // shmlocks opened with OpenOptions.HandOver
+	TableFairness     string                 `json:"tableFairness,omitempty"` // the shmlocks table's manager.Fairness ("fifo", "bounded:1ms")
 	Seconds           float64                `json:"seconds"`
 	Ops               int64                  `json:"ops"` // requests that ended: the sum of Outcomes
 	OpsPerSec         float64                `json:"opsPerSec"`
@@ -178,6 +179,11 @@ func WriteText(w io.Writer, reps []*Report) error {
 	fmt.Fprintf(&b, "seed %d: %d procs x %d goroutines on %d names, hold %s", r0.Seed, r0.Procs, r0.Goroutines, r0.Names, r0.Hold)
 	if r0.HandOver {
 		b.WriteString(", shmlocks with HandOver")
+	}
+	for _, r := range reps {
+		if r.TableFairness != "" {
+			fmt.Fprintf(&b, ", shmlocks table %s", r.TableFairness)
+		}
 	}
 	b.WriteString("\n")
 	for _, r := range reps {

@@ -24,7 +24,8 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 	cfg, r := s.cfg, s.r
 	rep := &Report{
 		Backend: cfg.Backend, Seed: cfg.Seed, Table: s.table, Procs: cfg.Procs, Goroutines: cfg.Goroutines, HandOver: cfg.HandOver && cfg.Backend == BackendShmlocks,
-		Names: cfg.Names, Hold: cfg.Hold.String(), Seconds: elapsed.Seconds(), Kills: s.kills,
+		TableFairness: s.fair,
+		Names:         cfg.Names, Hold: cfg.Hold.String(), Seconds: elapsed.Seconds(), Kills: s.kills,
 		ViolationMessages: []string{}, Errors: []string{}, Notes: []string{},
 	}
 	sec := math.Max(elapsed.Seconds(), 1e-9)

@@ -46,6 +46,7 @@ type supervisor struct {
 	dir     string // temporary directory: result files (and the default table)
 	lockDir string
 	start   time.Time
+	fair    string // the shmlocks table's fairness (Manager.Fairness), for the report
 
 	mu        sync.Mutex
 	nextSlot  int
@@ -140,12 +141,23 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 		return nil, err
 	}
 	if cfg.Backend == BackendShmlocks {
-		m, err := manager.Open(s.table, nil) // create it once, with the defaults
+		// Create it once, with the defaults and the fairness asked for (an
+		// existing --table keeps its own: the report says which).
+		o := &manager.OpenOptions{}
+		if cfg.Fairness != "" {
+			if o.Fairness, err = manager.ParseFairness(cfg.Fairness); err != nil {
+				os.RemoveAll(dir)
+				os.Remove(s.region)
+				return nil, err
+			}
+		}
+		m, err := manager.Open(s.table, o)
 		if err != nil {
 			os.RemoveAll(dir)
 			os.Remove(s.region)
 			return nil, err
 		}
+		s.fair = m.Fairness().String()
 		m.Close()
 	}
 

@@ -62,6 +62,7 @@ const stressExamples = `  shmlocks stress
   shmlocks stress --chaos 5 --duration 3s --json
   shmlocks stress --procs 8 --goroutines 4 --names 2 --shared 0.5 --hold uniform:0-200us
   shmlocks stress --backend shmlocks,flock --duration 2s
+  shmlocks stress --fairness bounded:1ms --chaos 5 --duration 3s
   shmlocks stress --ops 10000 --seed 42 --keep
   SHMLOCKS_FAULT=break-exclusion shmlocks stress --duration 1s   # must fail`
 
@@ -88,6 +89,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Table, "table", "", "table file (default: a fresh file in a temporary directory; \"default\": the default table location below)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary table and check file")
 	fs.BoolVar(&cfg.HandOver, "handover", false, "shmlocks workers open with OpenOptions.HandOver (a release yields the P to the sibling it granted; off by default)")
+	fs.StringVar(&cfg.Fairness, "fairness", "fifo", "the table's fairness when this run creates it: fifo, or bounded:DURATION (a request may take a free name ahead of the queue while its oldest has waited less than DURATION; e.g. bounded:1ms)")
 	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL a random worker this many times per second (a replacement starts at once)")
 	backends := fs.String("backend", "shmlocks", "shmlocks, flock, or both comma-separated (run one after the other, reported side by side)")
 	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s)")

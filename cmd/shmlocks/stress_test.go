@@ -138,6 +138,18 @@ func TestStressText(t *testing.T) {
 	require.NotContains(t, r.stderr, "\r")
 }
 
+// TestStressFairness: --fairness creates the run's table with it, and the
+// report names it; a bad value is a usage error.
+func TestStressFairness(t *testing.T) {
+	r := shm(t, nil, "stress", "--duration", "300ms", "--procs", "2", "--goroutines", "3", "--names", "1", "--fairness", "bounded:1ms")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	require.Contains(t, r.stdout, "shmlocks table bounded:1ms")
+	require.Regexp(t, `violations\s+0\n`, r.stdout)
+	r = shm(t, nil, "stress", "--duration", "300ms", "--fairness", "bounded:0s")
+	require.NotEqual(t, exitOK, r.code)
+	require.Contains(t, r.stderr, "--fairness")
+}
+
 func TestStressChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run takes 3s")
