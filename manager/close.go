@@ -26,7 +26,7 @@ func (m *Manager) Close() error {
 	// Wake every parked request: it sees closed at its next look and
 	// returns ErrClosed. (A parked request does not wait on closing: a
 	// channel every parked goroutine selects on is a lock they all take
-	// at every park and wake-up, 6% of the CPU with 64 of them.)
+	// at every park and wake-up.)
 	m.pokeAll()
 	m.mu.Lock()
 	m.stopDones() // a park after this one sees closed and does not register

@@ -32,12 +32,10 @@ type OpenOptions struct {
 	// emptied. FIFO per request is unchanged (a yield comes after a
 	// release, before the caller's next request), but goroutines waiting
 	// in Go's run queue have not asked yet, so fairness per goroutine is
-	// the Go scheduler's: 64 goroutines on 2 Ps, empty sections, about
-	// 10x the grants per second, max/min grants per goroutine 1.01-1.03;
-	// 1 µs sections 1.6x, max/min 1.1-4.2 (off: 1.00-1.02). A queue of
-	// goroutines that leave after one grant drains about 35% slower. It
-	// does nothing while the table has more agents than the process has
-	// usable CPUs. Off by default.
+	// the Go scheduler's. It pays for short sections and costs a queue of
+	// goroutines that leave after one grant (docs/benchmarks.md has the
+	// figures). It does nothing while the table has more agents than the
+	// process has usable CPUs. Off by default.
 	HandOver bool
 
 	// Fairness is the order in which the table grants a name's requests:

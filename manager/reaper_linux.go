@@ -48,8 +48,8 @@ type reaper struct {
 // kickEvery: a park asks for a refresh only if none started for this long,
 // or if it is its Manager's only parked request. An agent that registered
 // since and is in the way is then watched by the next park after kickEvery
-// or by the periodic refresh (reapRefresh); before, every park kicked a
-// refresh, which cost 18% of the CPU with 64 goroutines parking in turn.
+// or by the periodic refresh (reapRefresh): a refresh per park costs much
+// of the CPU when many goroutines park in turn (docs/experiments.md).
 const kickEvery = time.Millisecond
 
 // stale reports whether no refresh started for kickEvery (now: m.mono()).

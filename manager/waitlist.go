@@ -114,8 +114,8 @@ func (m *Manager) removeWaiter(w *waiter) {
 
 // newWaiter returns a waiter for request ref of name at place seq of its
 // queue (m.mu held): a recycled one if this Manager has one, else a new one
-// (a waiter per park was 7% of the CPU, with the collector's work, at 1 x 64
-// in-process). Its channel comes with it, emptied of any late poke.
+// (an allocation per park is a cost every contended grant would pay, with
+// the collector's work). Its channel comes with it, emptied of any late poke.
 func (m *Manager) newWaiter(ref table.Ref, name string, seq uint32) *waiter {
 	w := m.freeWaiters
 	if w == nil {
@@ -171,8 +171,9 @@ func (m *Manager) dropWaiter(w *waiter) {
 const maxFreeWaiters = 256
 
 // pokeChans recycles the waiters' poke channels (one allocation per park
-// fewer: makechan and the collector's assists were 9% of the CPU with 64
-// goroutines of one process on one name). A channel may be poked after its
+// fewer: makechan and the collector's assists are a visible share of the
+// CPU when many goroutines of one process contend; docs/experiments.md).
+// A channel may be poked after its
 // waiter left (pokeSlot read the waiter just before it left, a deadlock
 // round holds it): the token makes the channel's next waiter look at its
 // slot once more, which every poke may do anyway.

@@ -15,9 +15,8 @@ import (
 // made at once reads none of it: it takes the coarse clock (stamp.go).
 //
 // A queued request's enqueue and its grant read the clock, two reads per
-// grant from a queue. Through the vDSO a read costs 26 ns here; with 64
-// goroutines of one process handing a name round, the two cost 7% of the
-// time per grant (docs/experiments.md). Where the kernel itself keeps time
+// grant from a queue: through the vDSO a visible share of a grant when the
+// goroutines of one process hand a name round (docs/experiments.md). Where the kernel itself keeps time
 // with the CPU's time-stamp counter (Linux clocksource "tsc": constant,
 // synchronised across CPUs), MonoNow reads the counter (RDTSC, 10 ns) and
 // scales it by a base that pairs a counter reading with the monotonic
