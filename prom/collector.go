@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shmlocks/shmlocks/internal/inspect"
-	"github.com/shmlocks/shmlocks/manager"
 	"github.com/shmlocks/shmlocks/internal/tablemetrics"
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // Options configure a Collector. nil means the zero Options.
