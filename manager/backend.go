@@ -69,15 +69,15 @@ type BackendGrant struct {
 // table file: the same Request, Acquire, Query, Close and Lock behaviour,
 // per the contract, with b's semantics for what the table does itself
 // (liveness, tokens, queues). It is for backend implementors (see Backend);
-// Open remains the default. Path, Table and Agent of such a Manager return
-// zero values, and Check returns nil.
+// Open remains the default. Path of such a Manager returns "", and Check
+// returns nil.
 func NewBackendManager(b Backend) *Manager {
-	return &Manager{
+	return &Manager{lifecycle: lifecycle{
 		be:       b,
 		clientID: b.ClientID(),
 		maxName:  b.MaxNameLen(),
 		closing:  make(chan struct{}),
-	}
+	}}
 }
 
 // backendGrant is a BackendGrant held by a Lock (in its lockExt).

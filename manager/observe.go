@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -99,7 +100,7 @@ func nameState(name string, ni *table.NameInfo) NameState {
 func requestStates(in []table.LockInfo) []RequestState {
 	out := make([]RequestState, len(in))
 	for i, li := range in {
-		out[i] = RequestState{Mode: Mode(li.Mode), ClientID: ClientIDOf(li.Nonce), PID: li.PID, Token: li.Token}
+		out[i] = RequestState{Mode: Mode(li.Mode), ClientID: inspect.ClientID(li.Nonce), PID: li.PID, Token: li.Token}
 		if li.Since > 0 {
 			out[i].Since = time.Unix(0, li.Since)
 		}
@@ -291,7 +292,7 @@ func (m *Manager) observe(name string, h uint64, mode uint32) (o *observer, err 
 		m.drop(o)
 		return nil, err
 	}
-	m.watch.kick() // watch the other agents' processes: a dead holder is reaped
+	m.reaper.kick() // watch the other agents' processes: a dead holder is reaped
 	return o, nil
 }
 
@@ -392,8 +393,8 @@ func (o *observer) poke() {
 	}
 }
 
-// watching reports whether this Manager has registered watches (the pidfd
-// watcher then watches the other agents, as for waiting requests).
+// watching reports whether this Manager has registered watches (the
+// reaper then watches the other agents, as for waiting requests).
 func (m *Manager) watching() bool { return m.obs.n.Load() > 0 }
 
 // wrapName wraps a non-nil err with what was done and the name.
