@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -151,6 +152,12 @@ func (b *backend) session(ctx context.Context) (*concurrency.Session, error) {
 	ch := make(chan result, 1)
 	go func() {
 		s, err := concurrency.NewSession(b.cli, concurrency.WithTTL(ttl), concurrency.WithContext(b.ctx))
+		if err == nil {
+			if err = b.putAgent(s); err != nil {
+				s.Close()
+				s = nil
+			}
+		}
 		ch <- result{s, err}
 	}()
 	select {
@@ -170,6 +177,24 @@ func (b *backend) session(ctx context.Context) (*concurrency.Session, error) {
 		return nil, ctx.Err()
 	}
 }
+
+// putAgent writes the agent key of lease s (P/!a/<client>): it lives
+// exactly as long as the lease, so the revision at which it was deleted is
+// the revision at which the lease ended. Release uses it to tell the end of
+// the lease from its own earlier delete (release.go).
+func (b *backend) putAgent(s *concurrency.Session) error {
+	ctx, cancel := context.WithTimeout(b.ctx, b.opts.CallTimeout)
+	defer cancel()
+	val, _ := json.Marshal(meta{Client: b.clientID, PID: b.pid})
+	_, err := b.cli.Put(ctx, b.agentKey(), string(val), clientv3.WithLease(s.Lease()))
+	if err != nil {
+		return fmt.Errorf("agent key: %w", err)
+	}
+	return nil
+}
+
+// agentKey is this Manager's agent key.
+func (b *backend) agentKey() string { return b.prefix + agentDir + b.clientID }
 
 // watchSession fails everything s carried when it ends: held locks are
 // lost (their keys are gone with the lease, or will be within its TTL),

@@ -17,12 +17,23 @@ import (
 //	P/e/m               the steal marker: its mod revision is the token of the
 //	                    last steal or of the last grant that had to take a
 //	                    token above it (no lease: it outlives its writers)
+//	P/!a/<client>       a Manager's agent key (value: meta), on its lease: it
+//	                    goes in the same revision as the lease's request keys
+//
+// No escaped name starts with '!', so P/!a/ never holds a name's keys.
 //
 // A request's key is created once and never renamed: its create revision is
 // its place in the queue and, unless it waited behind a steal, its fencing
 // token. Escaping keeps '/' out of e, so P/e/ holds exactly the keys of one
 // name and the x/ and s/ sub-ranges can be compared as ranges in one
 // transaction (IfAvailable).
+
+// agentDir is the directory of the agent keys under the prefix.
+const agentDir = "!a/"
+
+// reserved reports whether the first key component e (after the prefix) is
+// not an escaped name but one of the package's own directories.
+func reserved(e string) bool { return strings.HasPrefix(e, "!") }
 
 // meta is the value of a request key.
 type meta struct {

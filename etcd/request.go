@@ -32,7 +32,8 @@ type request struct {
 	stopW    context.CancelFunc // stops the holder's watch (once Watch started it; r.mu)
 
 	mu       sync.Mutex
-	released bool
+	released bool       // Release was called (r.mu)
+	rel      *releaseOp // the release, once started (r.mu; release.go)
 }
 
 // lose closes the request's lost channel (once).
@@ -79,8 +80,6 @@ func (b *backend) Acquire(ctx context.Context, name string, opts manager.Request
 	if err != nil {
 		if errors.Is(err, manager.ErrNotAvailable) {
 			b.freeNum(r.num) // no key was created
-		} else {
-			r.freeIfGone()
 		}
 		return manager.BackendGrant{}, err
 	}
@@ -111,6 +110,7 @@ func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 	}
 	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease()))).Commit()
 	if err != nil {
+		r.withdraw() // the put may have happened
 		return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
 	}
 	if !resp.Succeeded {
@@ -286,15 +286,6 @@ func (r *request) waitDeleted(ctx context.Context, key string, rev int64) error 
 // watch of key from rev+1 (TestWatchCompacted compacts past rev there).
 var testHookWatch func(key string, rev int64)
 
-// withdraw deletes our key if it is still ours (an aborted or failed
-// request). It uses its own ctx: the caller's may be done.
-func (r *request) withdraw() {
-	ctx, cancel := r.b.callCtx()
-	defer cancel()
-	r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(r.key), "=", r.sess.Lease())).
-		Then(clientv3.OpDelete(r.key)).Commit()
-}
-
 // fence gives a request granted behind a steal a token above the steal's:
 // the request was queued before the stealer (its create revision is lower)
 // but is granted after it. One transaction rewrites our key (its mod
@@ -413,74 +404,6 @@ func (r *request) goneUnlessReleased() {
 	if !rel {
 		r.lose()
 	}
-}
-
-// release deletes our key if it is still the one we created: a late
-// Release after a steal or the end of the lease touches nothing and
-// reports ErrStolen.
-func (r *request) release() error {
-	r.mu.Lock()
-	r.released = true
-	r.mu.Unlock()
-	if r.isLost() {
-		r.stop()
-		return r.lostErr()
-	}
-	ctx, cancel := r.b.callCtx()
-	defer cancel()
-	resp, err := r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.createRev)).
-		Then(clientv3.OpDelete(r.key)).Commit()
-	if err != nil {
-		r.mu.Lock()
-		r.released = false // still ours: the Manager lets the caller retry
-		r.mu.Unlock()
-		return fmt.Errorf("etcd: %w", err)
-	}
-	r.stop()
-	r.b.freeNum(r.num) // deleted now, or gone already
-	if !resp.Succeeded {
-		r.lose()
-		return r.lostErr()
-	}
-	return nil
-}
-
-// freeIfGone lets a later request reuse the key's number if the key is
-// known to be gone (a failed Acquire normally withdrew it; if that failed,
-// the number is not reused, so a leftover key can never be mistaken for a
-// new request's).
-func (r *request) freeIfGone() {
-	ctx, cancel := r.b.callCtx()
-	defer cancel()
-	if g, err := r.b.cli.Get(ctx, r.key, clientv3.WithCountOnly()); err == nil && g.Count == 0 {
-		r.b.freeNum(r.num)
-	}
-}
-
-func (r *request) stop() {
-	r.mu.Lock()
-	stop := r.stopW
-	r.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	r.b.untrack(r)
-}
-
-// lostErr says why a held grant is gone.
-func (r *request) lostErr() error {
-	r.b.mu.Lock()
-	closed := r.b.closed
-	r.b.mu.Unlock()
-	if closed {
-		return manager.ErrClosed
-	}
-	select {
-	case <-r.sess.Done():
-		return fmt.Errorf("%w (%w)", manager.ErrStolen, ErrSessionLost)
-	default:
-	}
-	return manager.ErrStolen
 }
 
 var errLeaseNotFound = rpctypes.ErrLeaseNotFound
