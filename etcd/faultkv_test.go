@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -14,8 +15,14 @@ import (
 // the client works.
 type faultKV struct {
 	clientv3.KV
-	mu   sync.Mutex
-	rule func(t *txnCall) fault // nil: no faults
+	mu    sync.Mutex
+	rule  func(t *txnCall) fault // nil: no faults
+	reads atomic.Int64           // Gets and transactions made (tests of "never polls")
+}
+
+func (f *faultKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	f.reads.Add(1)
+	return f.KV.Get(ctx, key, opts...)
 }
 
 // txnCall is one transaction as the backend built it.
@@ -85,6 +92,7 @@ func (t *faultTxn) Else(ops ...clientv3.Op) clientv3.Txn {
 }
 
 func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
+	t.f.reads.Add(1)
 	t.f.mu.Lock()
 	rule := t.f.rule
 	t.f.mu.Unlock()

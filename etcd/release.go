@@ -262,37 +262,41 @@ var testHookRelease func(key string)
 // request), with its own ctx (the caller's may be done). If etcd does not
 // answer, it goes on in the background until it does, the lease ends or
 // the Manager closes: a queued key nobody waits for would block its name.
-func (r *request) withdraw() {
-	if r.withdrawTxn() {
+func (r *request) withdraw() { r.b.deleteOwn(r.key, r.num, r.sess.Lease(), r.sess.Done()) }
+
+// deleteOwn deletes key (number num) if it is still on lease, retrying in
+// the background until etcd answers (the number is then reused), the lease
+// ends (done: the key goes with it) or the Manager closes.
+func (b *backend) deleteOwn(key string, num uint64, lease clientv3.LeaseID, done <-chan struct{}) {
+	if b.deleteOwnTxn(key, num, lease) {
 		return
 	}
 	go func() {
 		for {
 			select {
 			case <-time.After(retryPause):
-			case <-r.sess.Done():
-				return // the key goes with the lease
-			case <-r.b.ctx.Done():
-				return // Close revoked the lease
+			case <-done:
+				return
+			case <-b.ctx.Done():
+				return
 			}
-			if r.withdrawTxn() {
+			if b.deleteOwnTxn(key, num, lease) {
 				return
 			}
 		}
 	}()
 }
 
-// withdrawTxn makes one attempt; it reports whether etcd answered (then
-// the key is gone and its number may be reused).
-func (r *request) withdrawTxn() bool {
-	ctx, cancel := r.b.callCtx()
+// deleteOwnTxn makes one attempt; it reports whether etcd answered.
+func (b *backend) deleteOwnTxn(key string, num uint64, lease clientv3.LeaseID) bool {
+	ctx, cancel := b.callCtx()
 	defer cancel()
-	_, err := r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(r.key), "=", r.sess.Lease())).
-		Then(clientv3.OpDelete(r.key)).Commit()
+	_, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
+		Then(clientv3.OpDelete(key)).Commit()
 	if err != nil {
 		return false
 	}
-	r.b.freeNum(r.num)
+	b.freeNum(num)
 	return true
 }
 

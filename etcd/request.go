@@ -66,7 +66,7 @@ func (b *backend) Acquire(ctx context.Context, name string, opts manager.Request
 	}
 	r.num = b.newNum()
 	r.key = r.base + sub + b.clientID + "-" + strconv.FormatUint(r.num, 10)
-	val, _ := json.Marshal(meta{Client: b.clientID, PID: b.pid, Steal: opts.Steal})
+	val, _ := json.Marshal(meta{Client: b.clientID, PID: b.pid, Steal: opts.Steal, Since: time.Now().UnixNano()})
 
 	var token int64
 	switch {
