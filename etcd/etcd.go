@@ -3,7 +3,7 @@ package etcd
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +47,14 @@ type Options struct {
 	// CallTimeout bounds the etcd calls made without the caller's ctx:
 	// Release, the withdrawal of an aborted request, Close (default 5s).
 	CallTimeout time.Duration
+	// DeadlockDelay is manager.OpenOptions.DeadlockDelay on etcd: how long
+	// a request waits before the wait-for graph of the prefix is checked
+	// for a cycle through it, then again every DeadlockDelay/2 while it
+	// waits (default manager.DefaultDeadlockDelay; negative: this Manager
+	// never checks and its requests are never chosen as victims; their
+	// keys still record what their task holds, so other Managers see
+	// cycles through them).
+	DeadlockDelay time.Duration
 }
 
 const (
@@ -84,16 +92,20 @@ func open(ctx context.Context, cli *clientv3.Client, prefix string, opts *Option
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = defaultCallTO
 	}
+	// The client id is a random 64-bit number in hex, as the table's
+	// (manager.ClientIDOf): the wait-for graph carries it as a nonce.
 	var id [8]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return nil, err
+	for binary.LittleEndian.Uint64(id[:]) == 0 {
+		if _, err := rand.Read(id[:]); err != nil {
+			return nil, err
+		}
 	}
 	bctx, cancel := context.WithCancel(context.Background())
 	b := &backend{
 		cli:      cli,
 		prefix:   strings.TrimRight(prefix, "/") + "/",
 		opts:     o,
-		clientID: hex.EncodeToString(id[:]),
+		clientID: manager.ClientIDOf(binary.LittleEndian.Uint64(id[:])),
 		pid:      os.Getpid(),
 		ctx:      bctx,
 		cancel:   cancel,
@@ -122,6 +134,7 @@ type backend struct {
 	free   []uint64             // key numbers whose key is known to be gone
 	reqs   map[*request]struct{}
 	closed bool
+	dl     deadlocks // deadlock.go
 }
 
 func (b *backend) ClientID() string { return b.clientID }
@@ -239,6 +252,9 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	if b.dl.timer != nil {
+		b.dl.timer.Stop()
+	}
 	s := b.sess
 	b.sess = nil
 	var reqs []*request

@@ -32,6 +32,8 @@ type request struct {
 	stopW    context.CancelFunc // stops the holder's watch (once Watch started it; r.mu)
 
 	mu       sync.Mutex
+	verdict  chan *verdict // a deadlock round found it a cycle's victim (buffered 1; deadlock.go)
+
 	released bool       // Release was called (r.mu)
 	rel      *releaseOp // the release, once started (r.mu; release.go)
 }
@@ -59,14 +61,18 @@ func (b *backend) Acquire(ctx context.Context, name string, opts manager.Request
 		return manager.BackendGrant{}, b.callErr(ctx, name, err)
 	}
 	r := &request{b: b, name: name, base: b.nameBase(name), excl: opts.Mode == manager.Exclusive,
-		sess: s, lost: make(chan struct{})}
+		sess: s, lost: make(chan struct{}), verdict: make(chan *verdict, 1)}
 	sub := "s/"
 	if r.excl {
 		sub = "x/"
 	}
 	r.num = b.newNum()
 	r.key = r.base + sub + b.clientID + "-" + strconv.FormatUint(r.num, 10)
-	val, _ := json.Marshal(meta{Client: b.clientID, PID: b.pid, Steal: opts.Steal, Since: time.Now().UnixNano()})
+	md := meta{Client: b.clientID, PID: b.pid, Steal: opts.Steal, Since: time.Now().UnixNano()}
+	if !opts.Steal && !opts.IfAvailable {
+		md.Holds = b.carriedKeys(ctx) // the task edges of the wait-for graph (deadlock.go)
+	}
+	val, _ := json.Marshal(md)
 
 	var token int64
 	switch {
@@ -83,8 +89,8 @@ func (b *backend) Acquire(ctx context.Context, name string, opts manager.Request
 		}
 		return manager.BackendGrant{}, err
 	}
-	b.track(r)
 	r.grantRev = token
+	b.track(r)
 	return manager.BackendGrant{Token: uint64(token), Lost: r.lost, Release: r.release, Watch: r.watchHeld}, nil
 }
 
@@ -150,6 +156,7 @@ func (r *request) enqueue(ctx context.Context, val string) (int64, error) {
 	kvs := resp.Responses[1].GetResponseRange().Kvs
 	r.b.track(r) // waiting requests fail when the Manager closes
 	defer r.b.untrack(r)
+	defer r.b.unparkDeadlock(r)
 	for {
 		st, err := parseName(r.base, kvs)
 		if err != nil {
@@ -172,9 +179,17 @@ func (r *request) enqueue(ctx context.Context, val string) (int64, error) {
 			}
 			return r.createRev, nil
 		}
-		if err := r.waitDeleted(ctx, pred.key, rev); err != nil {
+		r.b.parkDeadlock(r) // the deadlock rounds check it once it has waited DeadlockDelay
+		v, err := r.waitDeleted(ctx, pred.key, rev)
+		if err != nil {
 			r.withdraw()
 			return 0, err
+		}
+		if v != nil {
+			if err := r.giveUp(v); err != nil {
+				return 0, err
+			}
+			// The cycle was broken meanwhile: wait on.
 		}
 		g, err := r.readQueue(ctx)
 		if err != nil {
@@ -251,10 +266,11 @@ func (r *request) lostWaiting() error {
 }
 
 // waitDeleted blocks until key (read at revision rev) is deleted, ctx ends,
-// our lease is lost or the Manager closes. A watch that cannot start from
+// our lease is lost, the Manager closes or a deadlock round hands us a
+// verdict (returned). A watch that cannot start from
 // rev+1 (compacted) or breaks returns nil: the caller reads the queue again,
 // which is always safe.
-func (r *request) waitDeleted(ctx context.Context, key string, rev int64) error {
+func (r *request) waitDeleted(ctx context.Context, key string, rev int64) (*verdict, error) {
 	if h := testHookWatch; h != nil {
 		h(key, rev)
 	}
@@ -264,18 +280,20 @@ func (r *request) waitDeleted(ctx context.Context, key string, rev int64) error 
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: lock %q: %w", manager.ErrAborted, r.name, ctx.Err())
+			return nil, fmt.Errorf("%w: lock %q: %w", manager.ErrAborted, r.name, ctx.Err())
 		case <-r.sess.Done():
-			return r.lostWaiting()
+			return nil, r.lostWaiting()
 		case <-r.b.ctx.Done():
-			return fmt.Errorf("lock %q: %w", r.name, manager.ErrClosed)
+			return nil, fmt.Errorf("lock %q: %w", r.name, manager.ErrClosed)
+		case v := <-r.verdict:
+			return v, nil
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				return nil // re-read with a fresh Get
+				return nil, nil // re-read with a fresh Get
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					return nil
+					return nil, nil
 				}
 			}
 		}
