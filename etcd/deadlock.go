@@ -205,7 +205,7 @@ func (b *backend) carriedKeys(ctx context.Context) []string {
 // graphRead is the wait-for graph of one read of the prefix.
 type graphRead struct {
 	g    *table.WaitFor
-	reqs []req         // the request of each node
+	reqs []req          // the request of each node
 	node map[string]int // node of each request key
 	rev  int64
 }
