@@ -31,9 +31,9 @@ type request struct {
 	grantRev int64              // the revision of the grant (the token)
 	stopW    context.CancelFunc // stops the holder's watch (once Watch started it; r.mu)
 
-	mu      sync.Mutex
 	verdict chan *verdict // a deadlock round found it a cycle's victim (buffered 1; deadlock.go)
 
+	mu       sync.Mutex
 	released bool       // Release was called (r.mu)
 	rel      *releaseOp // the release, once started (r.mu; release.go)
 }

@@ -5,6 +5,12 @@
 // fencing tokens and liveness, as `shmlocks stress` does on the table.
 //
 //	shmlocks-etcd --endpoints localhost:2379 --procs 4 --duration 10s
+//	shmlocks-etcd stress --endpoints localhost:2379 --procs 4 --duration 10s
+//
+// dump shows a prefix's held locks and waiting requests, who waits for whom
+// (the blocking chains) and the wait-for cycles:
+//
+//	shmlocks-etcd dump --endpoints localhost:2379 --prefix /myapp/locks [--json]
 //
 // It lives in the nested module because the core module must not import
 // etcd: the stress package takes the backend as a plug-in
@@ -105,8 +111,34 @@ func main() {
 		fmt.Fprintln(os.Stderr, "shmlocks-etcd:", err)
 		os.Exit(1)
 	}
-	os.Exit(run(os.Args[1:], []string{exe}, os.Stdout, os.Stderr))
+	os.Exit(dispatch(os.Args[1:], []string{exe}, os.Stdout, os.Stderr))
 }
+
+// dispatch runs a subcommand: stress (the default: arguments that start
+// with a flag are stress's) or dump.
+func dispatch(args, worker []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "stress":
+			return run(args[1:], worker, stdout, stderr)
+		case "dump":
+			return dump(args[1:], stdout, stderr)
+		case "help", "-h", "--help":
+			fmt.Fprintln(stdout, usage)
+			return 0
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			fmt.Fprintf(stderr, "shmlocks-etcd: unknown command %q\n%s\n", args[0], usage)
+			return 2
+		}
+	}
+	return run(args, worker, stdout, stderr)
+}
+
+const usage = `usage:
+  shmlocks-etcd [stress] --endpoints host:port[,...] [flags]   run the stress workload and its checkers
+  shmlocks-etcd dump --endpoints host:port[,...] --prefix P [--json]
+                                                              held locks, waiting requests, who waits for whom, deadlocks`
 
 // run is the supervisor: it parses args, runs the workload with worker
 // (argv of this binary) and prints the report. It returns the exit status
