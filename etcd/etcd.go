@@ -230,6 +230,14 @@ func (b *backend) watchSession(s *concurrency.Session) {
 	}
 }
 
+// isClosed reports whether Close was called (set before the lease is
+// revoked, so that what the revocation ends can say ErrClosed).
+func (b *backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
 func (b *backend) track(r *request) {
 	b.mu.Lock()
 	b.reqs[r] = struct{}{}

@@ -324,7 +324,7 @@ func (b *backend) obsErr(ctx context.Context, what, name string, err error) erro
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, manager.ErrClosed) || b.ctx.Err() != nil:
+	case errors.Is(err, manager.ErrClosed) || b.isClosed():
 		return fmt.Errorf("%s %q: %w", what, name, manager.ErrClosed)
 	case ctx.Err() != nil:
 		return fmt.Errorf("%w: %s %q: %w", manager.ErrAborted, what, name, ctx.Err())

@@ -112,6 +112,16 @@ func (m *Manager) acquireBackend(ctx context.Context, name string, opts RequestO
 		*lp = nil
 		return err
 	}
+	if !opts.Steal { // the name may be held through ctx (reentrant.go), as on the table
+		if err := m.reenter(ctx, name, opts.Mode); err != nil {
+			if r, ok := err.(*reentry); ok {
+				r.fill(*lp, opts.Mode)
+				return nil
+			}
+			*lp = nil
+			return err
+		}
+	}
 	g, err := m.be.Acquire(ctx, name, opts)
 	if err != nil {
 		*lp = nil
@@ -133,6 +143,14 @@ func (m *Manager) acquireBackend(ctx context.Context, name string, opts RequestO
 // already costs a round trip to the backend).
 func (m *Manager) requestBackend(ctx context.Context, name string, opts RequestOptions,
 	fn func(ctx context.Context, l *Lock) error) error {
+	if !opts.Steal && m.validate(ctx, name, opts) == nil {
+		if err := m.reenter(ctx, name, opts.Mode); err != nil {
+			if r, ok := err.(*reentry); ok {
+				return m.requestChild(ctx, r, opts.Mode, fn)
+			}
+			return err
+		}
+	}
 	l := new(Lock)
 	if err := m.acquireBackend(ctx, name, opts, &l); err != nil {
 		if errors.Is(err, ErrNotAvailable) {
@@ -141,7 +159,7 @@ func (m *Manager) requestBackend(ctx context.Context, name string, opts RequestO
 		return err
 	}
 	lc := &l.extension().ctx
-	*lc = lockCtx{l: l, parent: ctx}
+	*lc = lockCtx{l: l, parent: ctx, inc: l.state.Load() >> stateBits} // carries l (reentrant.go)
 	ferr := fn(lc, l)
 	lc.finish()
 	rerr := l.Release()

@@ -59,6 +59,13 @@ func Run(t *testing.T, open func(t *testing.T) *manager.Manager) {
 		{"ValidationOrder", testValidation},
 		{"ReleaseTwice", testReleaseTwice},
 		{"Close", testClose},
+		// capabilities.go
+		{"State", testState},
+		{"WaitUnlocked", testWaitUnlocked},
+		{"Watch", testWatch},
+		{"AcquireAll", testAcquireAll},
+		{"ChildGrants", testChildGrants},
+		{"Deadlock", testDeadlock},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open) })
