@@ -268,15 +268,16 @@ func TestRequestReleaseCutOff(t *testing.T) {
 	mustAcquireWithin(t, b, "r", 10*time.Second).Release()
 }
 
-// TestReleaseMemberStopped: a's client talks to the leader only, and the
-// leader is hard-stopped (raft stops at once) just as a's Request releases;
-// the client then fails over to the other members (SetEndpoints, as a
-// client given every endpoint does by itself) and the member restarts as a
-// follower. Whether or not the first attempt took effect before the stop
-// (round 0 stops the member before the call is sent, round 1 while it is
-// sent), a's TTL being long enough for its lease to outlive the failover,
-// Request returns nil, the key is gone, a's lease lives and the next client
-// is granted.
+// TestReleaseMemberStopped: a's client talks to the leader only (through
+// a proxy), and the leader is killed just as a's Request releases: raft
+// stops at once (HardStop) and its client connections drop (the proxy is
+// cut, as a killed process's sockets are); the client then fails over to
+// the other members (SetEndpoints, as a client given every endpoint does by
+// itself) and the member restarts as a follower. Whether or not the first
+// attempt took effect before the stop (round 0 stops the member before the
+// call is sent, round 1 while it is sent), Request returns nil, the key is
+// gone, a's lease lives (its TTL is long enough to outlive the failover)
+// and the next client is granted.
 func TestReleaseMemberStopped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3-member cluster")
@@ -293,10 +294,12 @@ func TestReleaseMemberStopped(t *testing.T) {
 			}
 		}
 		admin := clientOf(t, others...)
-		cli := clientOf(t, eps[x])
+		p := newProxy(t, eps[x])
+		cli := clientOf(t, p.addr())
 		fkv := newFaultKV(cli)
 		a, ab := openOn(t, cli, "/stopped", &Options{TTL: 30 * time.Second, CallTimeout: time.Second})
-		b, _ := openOn(t, clientOf(t, others...), "/stopped", nil)
+		bcli := clientOf(t, others...)
+		b, _ := openOn(t, bcli, "/stopped", nil)
 		var once sync.Once
 		restarted := make(chan error, 1)
 		fkv.setRule(func(tx *txnCall) fault {
@@ -304,9 +307,12 @@ func TestReleaseMemberStopped(t *testing.T) {
 				once.Do(func() {
 					stopped := make(chan struct{})
 					go func() {
-						c.hardStop(x)
+						e := c.take(x)
+						e.Server.HardStop()
+						p.setCut(true)
 						close(stopped)
 						cli.SetEndpoints(others...)
+						e.Close()
 						restarted <- c.start(x)
 					}()
 					if round == 0 {
@@ -332,5 +338,10 @@ func TestReleaseMemberStopped(t *testing.T) {
 		mustAcquireWithin(t, b, "n", 10*time.Second).Release()
 		a.Close()
 		b.Close()
+		// No connection of this round is left to the next round's leader
+		// (a member with live client streams stops slowly).
+		for _, c := range []*clientv3.Client{admin, bcli, cli} {
+			c.Close()
+		}
 	}
 }
