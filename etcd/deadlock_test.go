@@ -191,3 +191,53 @@ func TestWaitGraphOnEtcd(t *testing.T) {
 		ended.Add(1)
 	}
 }
+
+// TestDeadlockLeaseLost: the lease of a member of a cycle ends while the
+// victim is giving up (its round found the cycle; a's lease is revoked
+// before the victim's withdrawal): the withdrawal's compare sees that the
+// cycle no longer stands, so the victim does not give up: it is granted the
+// name a's lease released. a learns that its lease ended (its waiting
+// request fails with ErrSessionLost, its held lock is lost).
+func TestDeadlockLeaseLost(t *testing.T) {
+	c := startCluster(t, 1)
+	const delay = 100 * time.Millisecond
+	a, ab := openOn(t, c.client(t), "/dl", &Options{TTL: 5 * time.Second, DeadlockDelay: -1})
+	b := openDL(t, c, delay)
+	ctx := ctxT(t, 30*time.Second)
+	var victims atomic.Int32
+	testHookVictim = func() {
+		if victims.Add(1) == 1 {
+			revokeLease(t, ctx, c, ab)
+		}
+	}
+	t.Cleanup(func() { testHookVictim = nil })
+	ha, hb := make(chan struct{}, 1), make(chan struct{}, 1)
+	pa, pb := make(chan struct{}), make(chan struct{})
+	ea, eb := make(chan error, 1), make(chan error, 1)
+	go func() { ea <- cross(ctx, a, "request", "x", "y", ha, pa) }()
+	go func() { eb <- cross(ctx, b, "request", "y", "x", hb, pb) }()
+	<-ha
+	<-hb
+	close(pa)
+	waitPending(t, ctx, b, 1)
+	close(pb)
+	select {
+	case err := <-eb:
+		if err != nil {
+			t.Fatalf("b: %v, want granted x once a's lease ended", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("b not granted")
+	}
+	if victims.Load() == 0 {
+		t.Fatal("no deadlock round found the cycle")
+	}
+	select {
+	case err := <-ea:
+		if !errors.Is(err, ErrSessionLost) {
+			t.Fatalf("a: %v, want ErrSessionLost", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("a not told that its lease ended")
+	}
+}

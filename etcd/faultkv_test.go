@@ -111,3 +111,16 @@ func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
 	}
 	return t.t.Commit()
 }
+
+// put reports whether the transaction puts key-prefix keys: the first
+// attempt of an enqueue (put and read, or read), an IfAvailable (a put), a
+// steal (deletes, our put and the marker's).
+func (c *txnCall) puts() int {
+	n := 0
+	for _, op := range c.then {
+		if op.IsPut() {
+			n++
+		}
+	}
+	return n
+}

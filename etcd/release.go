@@ -65,7 +65,7 @@ func (r *request) release() error {
 	r.mu.Unlock()
 	if first {
 		if r.isLost() {
-			r.finishRelease(op, r.lostErr(r.sessDone()), false)
+			r.finishRelease(op, r.lostErr(r.leaseEnded()), false)
 			return op.err
 		}
 		// The usual case: one transaction, settled at once.
@@ -318,6 +318,22 @@ func (r *request) sessDone() bool {
 	default:
 		return false
 	}
+}
+
+// leaseEnded reports whether our lease has ended: the client knows it, or
+// our agent key is no longer on it (the client may learn it only at its
+// next keep-alive).
+func (r *request) leaseEnded() bool {
+	if r.sessDone() {
+		return true
+	}
+	ctx, cancel := r.b.callCtx()
+	defer cancel()
+	g, err := r.b.cli.Get(ctx, r.b.agentKey())
+	if err != nil {
+		return r.sessDone()
+	}
+	return len(g.Kvs) != 1 || clientv3.LeaseID(g.Kvs[0].Lease) != r.sess.Lease()
 }
 
 // lostErr says why a held grant is gone; sessionLost: our lease ended.

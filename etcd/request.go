@@ -57,8 +57,16 @@ func (r *request) isLost() bool {
 // queue again, and so on.
 func (b *backend) Acquire(ctx context.Context, name string, opts manager.RequestOptions) (manager.BackendGrant, error) {
 	s, err := b.session(ctx)
-	if err != nil {
-		return manager.BackendGrant{}, b.callErr(ctx, name, err)
+	for err != nil {
+		if permanent(err) || errors.Is(err, manager.ErrClosed) || ctx.Err() != nil {
+			return manager.BackendGrant{}, b.callErr(ctx, name, err)
+		}
+		select { // etcd unreachable: the request waits for it, as for the lock
+		case <-time.After(retryPause):
+		case <-ctx.Done():
+		case <-b.ctx.Done():
+		}
+		s, err = b.session(ctx)
 	}
 	r := &request{b: b, name: name, base: b.nameBase(name), excl: opts.Mode == manager.Exclusive,
 		sess: s, lost: make(chan struct{}), verdict: make(chan *verdict, 1)}
@@ -108,22 +116,51 @@ func (b *backend) callErr(ctx context.Context, name string, err error) error {
 // ifAvailable creates the key only if the request is grantable at once, in
 // one transaction: a range compare on the exclusive sub-range (and, for an
 // exclusive request, the shared one) says nothing is held or queued that
-// conflicts. No key is created (and none deleted) when it is not.
+// conflicts. No key is created (and none deleted) when it is not. A call
+// without an answer is retried, as a transaction that first looks for our
+// key (the earlier attempt may have created it: then we hold).
 func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.base+"x/").WithPrefix(), "=", 0)}
 	if r.excl {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(r.base+"s/").WithPrefix(), "=", 0))
 	}
-	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease()))).Commit()
-	if err != nil {
-		r.withdraw() // the put may have happened
-		return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
+	put := clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease()))
+	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(put).Commit()
+	for err != nil {
+		if err := r.again(ctx, err); err != nil {
+			r.withdraw() // the put may have happened
+			return 0, err
+		}
+		var rr *clientv3.TxnResponse
+		rr, err = r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key), ">", 0)).
+			Then(clientv3.OpGet(r.key)).Else(clientv3.OpTxn(cmps, []clientv3.Op{put}, nil)).Commit()
+		if err != nil {
+			continue
+		}
+		if rr.Succeeded { // the earlier attempt created our key
+			r.createRev = rr.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+			return r.createRev, nil
+		}
+		resp = (*clientv3.TxnResponse)(rr.Responses[0].GetResponseTxn())
+		resp.Header = rr.Header
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("lock %q: %w", r.name, manager.ErrNotAvailable)
 	}
 	r.createRev = resp.Header.Revision
 	return r.createRev, nil
+}
+
+// again decides what to do after an etcd call of a request failed with
+// err: nil after a pause (retry: etcd unreachable for a moment, a member
+// stopped, an election), or the request's error (ctx ended, the lease is
+// lost, the Manager closed, or an error that retrying cannot mend).
+func (r *request) again(ctx context.Context, err error) error {
+	err = r.sessionErr(err)
+	if errors.Is(err, ErrSessionLost) || permanent(err) || ctx.Err() != nil {
+		return r.b.callErr(ctx, r.name, err)
+	}
+	return r.pause(ctx)
 }
 
 // sessionErr turns the error of a put with a lease that is gone into
@@ -142,18 +179,31 @@ func (r *request) sessionErr(err error) error {
 
 // enqueue creates the key and waits until it holds.
 func (r *request) enqueue(ctx context.Context, val string) (int64, error) {
-	resp, err := r.b.cli.Txn(ctx).Then(
-		clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease())),
-		clientv3.OpGet(r.base, clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		// The put may have happened: withdraw it (a no-op if it did not).
-		r.withdraw()
-		return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
+	// The put is conditional on our key not existing, so that a retry of a
+	// call without an answer finds the key its earlier attempt may have
+	// created, and keeps its place in the queue.
+	var resp *clientv3.TxnResponse
+	var err error
+	for {
+		resp, err = r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0)).Then(
+			clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease())),
+			clientv3.OpGet(r.base, clientv3.WithPrefix()),
+		).Else(clientv3.OpGet(r.base, clientv3.WithPrefix())).Commit()
+		if err == nil {
+			break
+		}
+		if err := r.again(ctx, err); err != nil {
+			r.withdraw() // the put may have happened
+			return 0, err
+		}
 	}
-	r.createRev = resp.Header.Revision
 	rev := resp.Header.Revision
-	kvs := resp.Responses[1].GetResponseRange().Kvs
+	kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs
+	for _, kv := range kvs {
+		if string(kv.Key) == r.key {
+			r.createRev = kv.CreateRevision
+		}
+	}
 	r.b.track(r) // waiting requests fail when the Manager closes
 	defer r.b.untrack(r)
 	defer r.b.unparkDeadlock(r)
@@ -255,10 +305,8 @@ func (r *request) lostWaiting() error {
 	if closed {
 		return fmt.Errorf("lock %q: %w", r.name, manager.ErrClosed)
 	}
-	select {
-	case <-r.sess.Done():
+	if r.leaseEnded() {
 		return fmt.Errorf("lock %q: request key deleted while waiting: %w", r.name, ErrSessionLost)
-	default:
 	}
 	// Granted (the last conflicting key ahead went) and stolen before we
 	// read the queue again, as the table reports it.
@@ -313,17 +361,23 @@ var testHookWatch func(key string, rev int64)
 // our lease took the grant before we could use it.
 func (r *request) fence(ctx context.Context, marker int64) (int64, error) {
 	val, _ := json.Marshal(meta{Client: r.b.clientID, PID: r.b.pid})
-	resp, err := r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.createRev)).
-		Then(clientv3.OpPut(r.key, string(val), clientv3.WithLease(r.sess.Lease())),
-			clientv3.OpPut(r.base+"m", "")).Commit()
-	if err != nil {
-		r.withdraw()
-		return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
+	for {
+		resp, err := r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.createRev)).
+			Then(clientv3.OpPut(r.key, string(val), clientv3.WithLease(r.sess.Lease())),
+				clientv3.OpPut(r.base+"m", "")).Commit()
+		if err == nil {
+			if !resp.Succeeded {
+				return 0, fmt.Errorf("lock %q: granted and taken away before use: %w", r.name, manager.ErrStolen)
+			}
+			// A retry after an attempt that took effect takes a new token
+			// above it: still above the marker, and never handed out twice.
+			return resp.Header.Revision, nil
+		}
+		if err := r.again(ctx, err); err != nil {
+			r.withdraw()
+			return 0, err
+		}
 	}
-	if !resp.Succeeded {
-		return 0, fmt.Errorf("lock %q: granted and taken away before use: %w", r.name, manager.ErrStolen)
-	}
-	return resp.Header.Revision, nil
 }
 
 // steal deletes the keys of the name's holders and creates ours, marked as a
@@ -335,11 +389,20 @@ func (r *request) steal(ctx context.Context, val string) (int64, error) {
 	for {
 		g, err := r.b.cli.Get(ctx, r.base, clientv3.WithPrefix())
 		if err != nil {
-			return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
+			if err := r.again(ctx, err); err != nil {
+				r.withdraw() // an earlier attempt may have put our key
+				return 0, err
+			}
+			continue
 		}
 		st, err := parseName(r.base, g.Kvs)
 		if err != nil {
+			r.withdraw()
 			return 0, fmt.Errorf("lock %q: %w", r.name, err)
+		}
+		if i := st.index(r.key); i >= 0 { // an earlier attempt without an answer took effect
+			r.createRev = st.reqs[i].createRev
+			return r.createRev, nil
 		}
 		rev := g.Header.Revision
 		cmps := []clientv3.Cmp{
@@ -354,8 +417,11 @@ func (r *request) steal(ctx context.Context, val string) (int64, error) {
 		ops = append(ops, clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease())), clientv3.OpPut(r.base+"m", ""))
 		resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
-			r.withdraw()
-			return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
+			if err := r.again(ctx, err); err != nil {
+				r.withdraw()
+				return 0, err
+			}
+			continue // the next read tells whether it took effect
 		}
 		if resp.Succeeded {
 			r.createRev = resp.Header.Revision

@@ -137,6 +137,8 @@ func dispatch(args, worker []string, stdout, stderr io.Writer) int {
 
 const usage = `usage:
   shmlocks-etcd [stress] --endpoints host:port[,...] [flags]   run the stress workload and its checkers
+  shmlocks-etcd [stress] --embedded 3 --faults all --duration 20s [flags]
+                                                              the same on an embedded cluster, with faults
   shmlocks-etcd dump --endpoints host:port[,...] --prefix P [--json]
                                                               held locks, waiting requests, who waits for whom, deadlocks`
 
@@ -166,12 +168,34 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s + ttl)")
 	fs.DurationVar(&cfg.MaxGrantGap, "max-gap", 0, "no grant anywhere for this long is a violation (0: not checked)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	embedded := fs.Int("embedded", 0, "run on an embedded cluster of this many members (instead of --endpoints), its clients behind TCP proxies")
+	faultList := fs.String("faults", "", "with --embedded: faults injected in turn, comma-separated: leader, member, cut, compact, or all")
+	faultEvery := fs.Duration("fault-every", time.Second, "pause between two faults")
+	faultDown := fs.Duration("fault-down", 300*time.Millisecond, "how long a member stays down, or the clients cut off (keep it well within --ttl)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *endpoints == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "shmlocks-etcd: --endpoints is required and no arguments are taken")
+	if (*endpoints == "") == (*embedded == 0) || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "shmlocks-etcd: one of --endpoints and --embedded is required, and no arguments are taken")
 		return 2
+	}
+	kinds, err := parseFaults(*faultList)
+	if err != nil || len(kinds) > 0 && (*embedded == 0 || cfg.Duration == 0) {
+		fmt.Fprintln(stderr, "shmlocks-etcd: --faults needs --embedded and --duration:", err)
+		return 2
+	}
+	var faults *faultRunner
+	if *embedded > 0 {
+		c, err := startCluster(*embedded)
+		if err != nil {
+			fmt.Fprintln(stderr, "shmlocks-etcd: embedded cluster:", err)
+			return 1
+		}
+		defer c.stop()
+		*endpoints = strings.Join(c.endpoints(), ",")
+		if len(kinds) > 0 {
+			faults = &faultRunner{c: c, kinds: kinds, every: *faultEvery, down: *faultDown, until: time.Now().Add(cfg.Duration)}
+		}
 	}
 	if *prefix == "" {
 		var b [6]byte
@@ -183,7 +207,6 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 	if cfg.Stuck == 0 {
 		cfg.Stuck = 2*time.Second + *ttl
 	}
-	var err error
 	if cfg.Hold, err = stress.ParseHold(*hold); err != nil {
 		fmt.Fprintln(stderr, "shmlocks-etcd:", err)
 		return 2
@@ -193,7 +216,18 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "shmlocks-etcd:", err)
 		return 2
 	}
+	stopFaults, faultsDone := make(chan struct{}), make(chan struct{})
+	if faults != nil {
+		go func() { defer close(faultsDone); faults.run(stopFaults) }()
+	} else {
+		close(faultsDone)
+	}
 	rep, err := stress.Run(cfg, stderr)
+	close(stopFaults)
+	<-faultsDone
+	if faults != nil {
+		fmt.Fprintln(stdout, faults.summary())
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "shmlocks-etcd:", err)
 		if errors.Is(err, stress.ErrUsage) {
