@@ -149,9 +149,9 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("shmlocks-etcd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg stress.Config
-	endpoints := fs.String("endpoints", "", "etcd client endpoints, comma-separated (required)")
+	endpoints := fs.String("endpoints", "", "etcd client endpoints, comma-separated (or --embedded)")
 	prefix := fs.String("prefix", "", "key prefix (default: a fresh /shmlocks-stress/<random>)")
-	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL of every worker's Manager (a killed worker's locks go within it)")
+	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL of every worker's Manager (a killed worker's locks go within it; default 5s with --faults)")
 	fs.IntVar(&cfg.Procs, "procs", 4, "worker processes")
 	fs.IntVar(&cfg.Goroutines, "goroutines", 2, "requesting goroutines per process")
 	fs.IntVar(&cfg.Names, "names", 4, "lock names (stress-0, stress-1, ...)")
@@ -179,7 +179,15 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "shmlocks-etcd: one of --endpoints and --embedded is required, and no arguments are taken")
 		return 2
 	}
+	ttlSet := false
+	fs.Visit(func(f *flag.Flag) { ttlSet = ttlSet || f.Name == "ttl" })
 	kinds, err := parseFaults(*faultList)
+	if len(kinds) > 0 && !ttlSet {
+		// A client cut off reconnects with gRPC's backoff (about a second
+		// after a short cut, more after several): the lease must outlive a
+		// fault and the reconnect, or the checkers see locks lost.
+		*ttl = 5 * time.Second
+	}
 	if err != nil || len(kinds) > 0 && (*embedded == 0 || cfg.Duration == 0) {
 		fmt.Fprintln(stderr, "shmlocks-etcd: --faults needs --embedded and --duration:", err)
 		return 2
