@@ -156,7 +156,7 @@ func (b *backend) checkRound(due []*request) error {
 // still has the create revision read) and returns ErrDeadlock; it returns
 // nil if the cycle was broken meanwhile (r waits on).
 func (r *request) giveUp(v *verdict) error {
-	if h := testHookVictim; h != nil {
+	if h := testHookVictim.get(); h != nil {
 		h()
 	}
 	err := fmt.Errorf("lock %q: %w: %s", r.name, manager.ErrDeadlock, v.desc)
@@ -179,7 +179,7 @@ func (r *request) giveUp(v *verdict) error {
 }
 
 // testHookVictim, set only by tests, runs when a victim is about to give up.
-var testHookVictim func()
+var testHookVictim hook[func()]
 
 // carriedKeys returns the keys of this Manager's grants that ctx carries.
 func (b *backend) carriedKeys(ctx context.Context) []string {

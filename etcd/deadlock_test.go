@@ -99,8 +99,8 @@ func TestDeadlockTwoManagers(t *testing.T) {
 func TestDeadlockOneVictim(t *testing.T) {
 	c := startCluster(t, 1)
 	const delay = 60 * time.Millisecond
-	testHookVictim = func() { time.Sleep(3 * delay) }
-	t.Cleanup(func() { testHookVictim = nil })
+	testHookVictim.set(func() { time.Sleep(3 * delay) })
+	t.Cleanup(func() { testHookVictim.set(nil) })
 	ms := []*manager.Manager{openDL(t, c, delay), openDL(t, c, delay), openDL(t, c, delay)}
 	ctx := ctxT(t, 30*time.Second)
 	names := []string{"1-a", "1-b", "1-c"}
@@ -205,12 +205,12 @@ func TestDeadlockLeaseLost(t *testing.T) {
 	b := openDL(t, c, delay)
 	ctx := ctxT(t, 30*time.Second)
 	var victims atomic.Int32
-	testHookVictim = func() {
+	testHookVictim.set(func() {
 		if victims.Add(1) == 1 {
 			revokeLease(t, ctx, c, ab)
 		}
-	}
-	t.Cleanup(func() { testHookVictim = nil })
+	})
+	t.Cleanup(func() { testHookVictim.set(nil) })
 	ha, hb := make(chan struct{}, 1), make(chan struct{}, 1)
 	pa, pb := make(chan struct{}), make(chan struct{})
 	ea, eb := make(chan error, 1), make(chan error, 1)

@@ -196,7 +196,7 @@ func (w *watcher) remove() { w.b.deleteOwn(w.key, w.num, w.sess.Lease(), w.sess.
 // Manager closes or s ends.
 func (f *follower) follow(ctx context.Context, s *concurrency.Session, done func(nameState) bool) error {
 	for {
-		if h := testHookFollow; h != nil {
+		if h := testHookFollow.get(); h != nil {
 			h(f.base, f.rev)
 		}
 		over, err := f.watch(ctx, s, done)
@@ -275,7 +275,7 @@ func (f *follower) watch(ctx context.Context, s *concurrency.Session, done func(
 
 // testHookFollow, set only by tests, runs before a follower starts a watch
 // from rev+1 of the keys under base.
-var testHookFollow func(base string, rev int64)
+var testHookFollow hook[func(base string, rev int64)]
 
 // publicState is the manager's form of st. A holder's token is its key's
 // mod revision (its create revision, or the revision at which it took a

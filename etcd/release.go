@@ -101,7 +101,7 @@ func (r *request) releaseTxn() (*clientv3.TxnResponse, error) {
 func (r *request) retryRelease(op *releaseOp) {
 	var sessEnd time.Time
 	for {
-		if h := testHookRelease; h != nil {
+		if h := testHookRelease.get(); h != nil {
 			h(r.key)
 		}
 		resp, err := r.releaseTxn()
@@ -256,7 +256,7 @@ func (r *request) whoDeletedNow(ctx context.Context) (error, bool) {
 }
 
 // testHookRelease, set only by tests, runs before each retry of a release.
-var testHookRelease func(key string)
+var testHookRelease hook[func(key string)]
 
 // withdraw deletes our key if it is still ours (an aborted or failed
 // request), with its own ctx (the caller's may be done). If etcd does not

@@ -111,7 +111,7 @@ func TestReleaseRetried(t *testing.T) {
 				}
 				return pass
 			})
-			testHookRelease = func(key string) {
+			testHookRelease.set(func(key string) {
 				between.Do(func() {
 					switch tc.between {
 					case "steal":
@@ -135,8 +135,8 @@ func TestReleaseRetried(t *testing.T) {
 						}
 					}
 				})
-			}
-			t.Cleanup(func() { testHookRelease = nil })
+			})
+			t.Cleanup(func() { testHookRelease.set(nil) })
 
 			var lost <-chan struct{}
 			err := a.Request(ctx, "n", manager.RequestOptions{}, func(ctx context.Context, l *manager.Lock) error {
@@ -240,13 +240,13 @@ func TestRequestReleaseCutOff(t *testing.T) {
 	b, _ := openOn(t, c.client(t), "/cut", nil)
 	var retries atomic.Int32
 	restored := make(chan struct{})
-	testHookRelease = func(string) {
+	testHookRelease.set(func(string) {
 		if retries.Add(1) == 3 { // a few attempts failed: restore the path
 			p.setCut(false)
 			close(restored)
 		}
-	}
-	t.Cleanup(func() { testHookRelease = nil })
+	})
+	t.Cleanup(func() { testHookRelease.set(nil) })
 	err := a.Request(ctx, "r", manager.RequestOptions{}, func(ctx context.Context, l *manager.Lock) error {
 		p.setCut(true) // Request's release cannot reach etcd
 		return nil

@@ -319,7 +319,7 @@ func (r *request) lostWaiting() error {
 // rev+1 (compacted) or breaks returns nil: the caller reads the queue again,
 // which is always safe.
 func (r *request) waitDeleted(ctx context.Context, key string, rev int64) (*verdict, error) {
-	if h := testHookWatch; h != nil {
+	if h := testHookWatch.get(); h != nil {
 		h(key, rev)
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.b.ctx))
@@ -350,7 +350,7 @@ func (r *request) waitDeleted(ctx context.Context, key string, rev int64) (*verd
 
 // testHookWatch, set only by tests, runs before waitDeleted starts its
 // watch of key from rev+1 (TestWatchCompacted compacts past rev there).
-var testHookWatch func(key string, rev int64)
+var testHookWatch hook[func(key string, rev int64)]
 
 // fence gives a request granted behind a steal a token above the steal's:
 // the request was queued before the stealer (its create revision is lower)
