@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -53,6 +54,7 @@ const (
 	pass       fault = iota
 	failBefore       // not applied, an error returned
 	failAfter        // applied, an error returned instead of the answer
+	refuse           // not applied, refused for good (permission denied)
 )
 
 var errInjected = errors.New("injected: etcd unreachable")
@@ -103,6 +105,8 @@ func (t *faultTxn) Commit() (*clientv3.TxnResponse, error) {
 	switch what {
 	case failBefore:
 		return nil, errInjected
+	case refuse:
+		return nil, rpctypes.ErrPermissionDenied
 	case failAfter:
 		if _, err := t.t.Commit(); err != nil {
 			return nil, err

@@ -70,8 +70,12 @@ func (r *request) release() error {
 		}
 		// The usual case: one transaction, settled at once.
 		resp, err := r.releaseTxn()
-		if err == nil {
+		switch {
+		case err == nil:
 			r.finishRelease(op, r.settle(resp, false), true)
+			return op.err
+		case permanent(err):
+			r.abandonRelease(op, err)
 			return op.err
 		}
 		go r.retryRelease(op)
@@ -113,6 +117,10 @@ func (r *request) retryRelease(op *releaseOp) {
 			r.finishRelease(op, manager.ErrClosed, false) // Close revoked the lease
 			return
 		}
+		if permanent(err) {
+			r.abandonRelease(op, err)
+			return
+		}
 		select {
 		case <-r.sess.Done():
 			if sessEnd.IsZero() {
@@ -131,6 +139,17 @@ func (r *request) retryRelease(op *releaseOp) {
 		case <-r.b.ctx.Done():
 		}
 	}
+}
+
+// abandonRelease ends op with an error that retrying cannot mend (the call
+// was refused: not permitted, invalid): nothing was deleted, the grant is
+// still held, and a later Release starts a new release.
+func (r *request) abandonRelease(op *releaseOp, err error) {
+	r.mu.Lock()
+	r.rel, r.released = nil, false
+	r.mu.Unlock()
+	op.err = fmt.Errorf("etcd: %w", err)
+	close(op.done)
 }
 
 // finishRelease settles op with err; gone says the key is known to be gone
@@ -287,14 +306,15 @@ func (b *backend) deleteOwn(key string, num uint64, lease clientv3.LeaseID, done
 	}()
 }
 
-// deleteOwnTxn makes one attempt; it reports whether etcd answered.
+// deleteOwnTxn makes one attempt; it reports whether etcd answered (or
+// refused the call for good: then the key goes with the lease).
 func (b *backend) deleteOwnTxn(key string, num uint64, lease clientv3.LeaseID) bool {
 	ctx, cancel := b.callCtx()
 	defer cancel()
 	_, err := b.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(key), "=", lease)).
 		Then(clientv3.OpDelete(key)).Commit()
 	if err != nil {
-		return false
+		return permanent(err)
 	}
 	b.freeNum(num)
 	return true

@@ -345,3 +345,42 @@ func TestReleaseMemberStopped(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseRefused: a release that etcd refuses for good (permission
+// denied) is not retried: Release returns that error (neither ErrStolen nor
+// ErrClosed), the lock stays held and releasable, and a later Release
+// releases it.
+func TestReleaseRefused(t *testing.T) {
+	c := startCluster(t, 1)
+	admin := c.client(t)
+	ctx := ctxT(t, 30*time.Second)
+	cli := c.client(t)
+	fkv := newFaultKV(cli)
+	a, _ := openOn(t, cli, "/refused", nil)
+	var refused atomic.Int32
+	fkv.setRule(func(tx *txnCall) fault {
+		if _, ok := tx.release(); ok && refused.Add(1) == 1 {
+			return refuse
+		}
+		return pass
+	})
+	l := mustAcquireWithin(t, a, "n", 10*time.Second)
+	err := l.Release()
+	if err == nil || errors.Is(err, manager.ErrStolen) || errors.Is(err, manager.ErrClosed) {
+		t.Fatalf("refused Release: %v", err)
+	}
+	if k := keysOf(t, ctx, admin, "/refused", "n", a.ClientID()); len(k) != 1 {
+		t.Fatalf("keys after a refused release: %v", k)
+	}
+	select {
+	case <-l.Lost():
+		t.Fatal("Lost closed after a refused release")
+	default:
+	}
+	if err := l.Release(); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	if k := keysOf(t, ctx, admin, "/refused", "n", a.ClientID()); len(k) != 0 {
+		t.Fatalf("keys after the release: %v", k)
+	}
+}
