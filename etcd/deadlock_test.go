@@ -68,7 +68,7 @@ func TestDeadlockTwoManagers(t *testing.T) {
 			waitPending(t, ctx, a, 1) // a waits for y first
 			start := time.Now()
 			close(pb)
-			select {
+			select { // b's wait ends first: a is granted y only once b's Request released it
 			case err := <-eb:
 				if !errors.Is(err, manager.ErrDeadlock) || !strings.Contains(err.Error(), "back to the first") {
 					t.Fatalf("b: %v, want ErrDeadlock with the cycle", err)
@@ -77,8 +77,6 @@ func TestDeadlockTwoManagers(t *testing.T) {
 					t.Fatalf("b gave up after %v, before DeadlockDelay %v", d, delay)
 				}
 				t.Logf("victim: %v", err)
-			case err := <-ea:
-				t.Fatalf("a (not the victim) ended first: %v", err)
 			case <-ctx.Done():
 				t.Fatal("the deadlock was not broken")
 			}
