@@ -289,8 +289,8 @@ type WaitNode struct {
 // WaitGraph reads the wait-for graph of the table (after reaping dead agents).
 func (m *Manager) WaitGraph(ctx context.Context) (WaitGraph, error) {
 	wg := WaitGraph{Waits: []WaitInfo{}, Cycles: [][]WaitNode{}}
-	if err := m.tableOnly("WaitGraph"); err != nil {
-		return wg, err
+	if m.be != nil {
+		return m.waitGraphBackend(ctx)
 	}
 	if m.closed.Load() {
 		return wg, ErrClosed

@@ -75,8 +75,8 @@ func (s NameState) Grantable(mode Mode) bool {
 // is Request's (closed, name, ctx). A dead holder is shown until it is reaped.
 func (m *Manager) State(ctx context.Context, name string) (NameState, error) {
 	st := NameState{Name: name, Held: []RequestState{}, Pending: []RequestState{}}
-	if err := m.tableOnly("State"); err != nil {
-		return st, err
+	if m.be != nil {
+		return m.stateBackend(ctx, name)
 	}
 	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
 		return st, err
@@ -121,8 +121,8 @@ func requestStates(in []table.LockInfo) []RequestState {
 // then ctx. While it waits it uses one request slot (ErrTableFull when none
 // is free).
 func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) error {
-	if err := m.tableOnly("WaitUnlocked"); err != nil {
-		return err
+	if m.be != nil {
+		return m.waitUnlockedBackend(ctx, name, mode)
 	}
 	if err := m.validate(ctx, name, RequestOptions{Mode: mode}); err != nil {
 		return err
@@ -170,8 +170,8 @@ func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) erro
 // tokens, but a watched name's locks take the latched path instead of the
 // uncontended one.
 func (m *Manager) Watch(ctx context.Context, name string) (<-chan NameState, error) {
-	if err := m.tableOnly("Watch"); err != nil {
-		return nil, err
+	if m.be != nil {
+		return m.watchBackend(ctx, name)
 	}
 	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
 		return nil, err

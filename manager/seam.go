@@ -6,6 +6,7 @@ import (
 
 	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/internal/seam"
+	"github.com/shmlocks/shmlocks/internal/waitgraph"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -16,6 +17,7 @@ import (
 func init() {
 	seam.Register(bucketOf)
 	inspect.Register(tableOf)
+	waitgraph.RegisterPublic(func(g *waitgraph.Graph) any { return waitGraphOf(g) })
 }
 
 // tableOf is inspect.Table for m, which must be a *Manager: our own tools
