@@ -110,18 +110,18 @@ func BenchmarkYieldShare(b *testing.B) {
 		require.NoError(b, os.WriteFile(ctlPath, make([]byte, ctlSize), 0o600))
 		busy := startBenchChild(b, "loop", ctlPath, benchArgs{Kind: "none", Limit: time.Minute}, cpu)
 		yielder := startBenchChild(b, "loop", ctlPath, benchArgs{Kind: "none", Index: 1, Limit: time.Minute}, cpu)
-		busy.send("share0")
-		yielder.send("share1")
+		busy.Send("share0")
+		yielder.Send("share1")
 		units := func(c benchChildInfo) float64 {
-			v, err := strconv.ParseFloat(strings.Fields(c.expect("share"))[1], 64)
+			v, err := strconv.ParseFloat(strings.Fields(c.Expect("share"))[1], 64)
 			require.NoError(b, err)
 			return v
 		}
 		nb, ny := units(busy), units(yielder)
-		busy.stdin.Close()
-		yielder.stdin.Close()
-		busy.wait()
-		yielder.wait()
+		busy.CloseStdin()
+		yielder.CloseStdin()
+		busy.Wait()
+		yielder.Wait()
 		ratio = nb / max(ny, 1)
 	}
 	b.ReportMetric(ratio, "busy/yielder")

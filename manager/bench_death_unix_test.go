@@ -26,10 +26,10 @@ func BenchmarkDeathToGrant(b *testing.B) {
 	var ours, theirs []time.Duration
 	for i := 0; i < b.N; i++ {
 		c := spawn(b, path, nil)
-		c.send("acquire d")
-		c.expect("acquired d")
-		c.send("flock %s", flockPath)
-		c.expect("flocked")
+		c.Send("acquire d")
+		c.Expect("acquired d")
+		c.Send("flock %s", flockPath)
+		c.Expect("flocked")
 		f, err := os.OpenFile(flockPath, os.O_RDWR, 0)
 		if err != nil {
 			b.Fatal(err)
@@ -55,7 +55,7 @@ func BenchmarkDeathToGrant(b *testing.B) {
 		waitPending(b, m, "d", 1)
 		time.Sleep(2 * time.Millisecond) // let both waiters go to sleep (not a synchronisation: a settling time for the measurement)
 		t0 := time.Now()
-		c.cmd.Process.Kill()
+		c.Cmd.Process.Kill()
 		tg, tf := <-got, <-flocked
 		if os.Getenv("DEBUG_REAP") != "" {
 			println("kill", t0.UnixMicro(), "grant", tg.UnixMicro(), "flock", tf.UnixMicro())
@@ -64,7 +64,7 @@ func BenchmarkDeathToGrant(b *testing.B) {
 		theirs = append(theirs, tf.Sub(t0))
 		cancel()
 		f.Close()
-		c.wait()
+		c.Wait()
 	}
 	slices.Sort(ours)
 	slices.Sort(theirs)

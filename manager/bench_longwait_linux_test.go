@@ -33,15 +33,15 @@ func BenchmarkLongWait(b *testing.B) {
 		l, err := m.Acquire(ctx, "long", RequestOptions{})
 		require.NoError(b, err)
 		c := startBenchChild(b, "longwait", ctlPath, benchArgs{Kind: kindShm, Table: path, Name: "long", Limit: 30 * time.Second}, -1)
-		c.send("wait")
+		c.Send("wait")
 		waitPending(b, m, "long", 1)
 		time.Sleep(hold)
 		require.NoError(b, l.Release())
-		f := strings.Fields(c.expect("waited"))
+		f := strings.Fields(c.Expect("waited"))
 		wall, _ := strconv.ParseFloat(f[1], 64)
 		cpu, _ := strconv.ParseFloat(f[2], 64)
 		pct, wallMS = 100*cpu/wall, wall/1e6
-		c.wait()
+		c.Wait()
 		cancel()
 		m.Close()
 	}

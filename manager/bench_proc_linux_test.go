@@ -3,27 +3,25 @@
 package manager
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"testing"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/shmlocks/shmlocks/futex"
+	"github.com/shmlocks/shmlocks/internal/proctest"
 )
 
 // Multi-process benchmarks (docs/benchmarks.md) re-exec this test binary as
-// loop children (TestBenchHelperProcess, selected by SHMLOCKS_BENCH_ROLE).
+// loop children (the role "bench" of internal/proctest).
 // A child prepares (opens the table, the flock file), prints
 //
 //	ready PID GOMAXPROCS CPUS
@@ -42,12 +40,6 @@ import (
 // counters over a window after a warm-up, so process start and stop do not
 // count. Every wait is bounded: a context deadline for shmlocks, a futex
 // timeout with a stop check, and a watchdog that ends a stuck child.
-const (
-	envBenchRole = "SHMLOCKS_BENCH_ROLE"
-	envBenchCtl  = "SHMLOCKS_BENCH_CTL"
-	envBenchArgs = "SHMLOCKS_BENCH_ARGS"
-)
-
 // Control file layout (byte offsets; every field on its own cache line).
 const (
 	ctlStop    = 0    // uint32: the parent sets 1 to end the loops
@@ -99,17 +91,7 @@ type benchArgs struct {
 	Goroutines int
 }
 
-func TestBenchHelperProcess(t *testing.T) {
-	role := os.Getenv(envBenchRole)
-	if role == "" {
-		t.Skip("helper process for the multi-process benchmarks")
-	}
-	time.AfterFunc(90*time.Second, func() {
-		fmt.Println("error watchdog bench child stuck for 90s")
-		os.Exit(3)
-	})
-	os.Exit(benchChild(role))
-}
+func init() { childRoles["bench"] = benchChild }
 
 // benchSink keeps spinWork from being optimised away.
 var benchSink atomic.Uint64
@@ -178,13 +160,15 @@ func mapCtl(path string) ([]byte, error) {
 	return unix.Mmap(int(f.Fd()), 0, ctlSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
 
-func benchChild(role string) int {
+// benchChild is the role "bench": args are the loop's role, the control
+// file and the benchArgs (JSON).
+func benchChild(args []string) int {
 	var a benchArgs
-	if err := json.Unmarshal([]byte(os.Getenv(envBenchArgs)), &a); err != nil {
+	if err := json.Unmarshal([]byte(args[2]), &a); err != nil {
 		fmt.Printf("error args %v\n", err)
 		return 2
 	}
-	ctl, err := mapCtl(os.Getenv(envBenchCtl))
+	ctl, err := mapCtl(args[1])
 	if err != nil {
 		fmt.Printf("error ctl %v\n", err)
 		return 2
@@ -210,9 +194,8 @@ func benchChild(role string) int {
 	var cpus unix.CPUSet
 	unix.SchedGetaffinity(0, &cpus)
 	fmt.Printf("ready %d %d %d\n", os.Getpid(), runtime.GOMAXPROCS(0), cpus.Count())
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		switch strings.TrimSpace(in.Text()) {
+	for f := range proctest.Commands() {
+		switch f[0] {
 		case "calib":
 			t0 := time.Now()
 			spinWork(a.Calib)
@@ -233,7 +216,7 @@ func benchChild(role string) int {
 			// 1 s of 1 µs work units, with a sched_yield after each unit
 			// (share1) or none (share0): BenchmarkYieldShare.
 			perUS := int(spinItersPerMicro())
-			yield := strings.TrimSpace(in.Text()) == "share1"
+			yield := f[0] == "share1"
 			var units uint64
 			for end := time.Now().Add(time.Second); time.Now().Before(end); units++ {
 				spinWork(perUS)

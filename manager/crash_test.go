@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -104,8 +102,8 @@ func TestCrashPoints(t *testing.T) {
 // victim spawns a child armed with point.
 func (e *crashEnv) victim(point string) *child {
 	c := spawn(e.t, e.path, nil)
-	c.send("crash %s", point)
-	c.expect("armed")
+	c.Send("crash %s", point)
+	c.Expect("armed")
 	return c
 }
 
@@ -113,17 +111,8 @@ func (e *crashEnv) victim(point string) *child {
 // reaps the process and asserts that it died by SIGKILL.
 func (e *crashEnv) died(c *child) {
 	e.t.Helper()
-	deadline := time.After(eventually)
-	for open := true; open; {
-		select {
-		case l, ok := <-c.lines:
-			open = ok
-			require.False(e.t, strings.HasPrefix(l, "error"), "victim: %s", l)
-		case <-deadline:
-			e.t.Fatalf("victim %d did not reach its crash point within %v", c.pid, eventually)
-		}
-	}
-	err := c.wait()
+	c.Closed()
+	err := c.Wait()
 	var ee *exec.ExitError
 	require.ErrorAs(e.t, err, &ee, "victim must die by its crash point")
 	ws, ok := ee.Sys().(syscall.WaitStatus)
@@ -154,7 +143,7 @@ func (e *crashEnv) verify() {
 
 func crashWhileAcquiringFree(e *crashEnv, point string) {
 	v := e.victim(point)
-	v.send("acquire x")
+	v.Send("acquire x")
 	e.died(v)
 	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died acquiring it")
 	check(e.t, e.m)
@@ -166,28 +155,28 @@ func crashWhileEnqueueing(e *crashEnv, point string) {
 	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
 	require.NoError(e.t, err)
 	v := e.victim(point)
-	v.send("acquire x")
+	v.Send("acquire x")
 	e.died(v)
 	h := spawn(e.t, e.path, nil)
-	h.send("acquire x")
-	h.quiet("acquired")
+	h.Send("acquire x")
+	h.Quiet("acquired", quietPeriod)
 	require.NoError(e.t, lp.Release())
-	h.expect("acquired x")
+	h.Expect("acquired x")
 	check(e.t, e.m)
-	h.send("release x")
-	h.expect("released x")
+	h.Send("release x")
+	h.Expect("released x")
 }
 
 func crashWhileReleasing(e *crashEnv, point string) {
 	v := spawn(e.t, e.path, nil)
-	v.send("acquire x")
-	tv := tokenOf(v.expect("acquired x"))
+	v.Send("acquire x")
+	tv := tokenOf(v.Expect("acquired x"))
 	ctx := ctxT(e.t, eventually)
 	w := acquireAsync(ctx, e.m, "x", RequestOptions{})
 	waitPending(e.t, e.m, "x", 1)
-	v.send("crash %s", point)
-	v.expect("armed")
-	v.send("release x")
+	v.Send("crash %s", point)
+	v.Expect("armed")
+	v.Send("release x")
 	e.died(v)
 	l := mustGrant(e.t, w, "P after V died releasing x")
 	require.Greater(e.t, l.Token(), tv)
@@ -209,12 +198,12 @@ func crashWhileFreeingEntry(e *crashEnv, point string) {
 	}
 	v := e.victim(point)
 	for _, n := range names[:3] {
-		v.send("acquire %s", n)
-		v.expect("acquired " + n)
-		v.send("release %s", n)
-		v.expect("released " + n)
+		v.Send("acquire %s", n)
+		v.Expect("acquired " + n)
+		v.Send("release %s", n)
+		v.Expect("released " + n)
 	}
-	v.send("acquire %s", names[3]) // dies reclaiming an idle entry
+	v.Send("acquire %s", names[3]) // dies reclaiming an idle entry
 	e.died(v)
 	for _, n := range names {
 		l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, n, RequestOptions{}), "a name after V died freeing an entry")
@@ -229,16 +218,16 @@ func crashWhileAborting(e *crashEnv, point string) {
 	require.NoError(e.t, err)
 	h := spawn(e.t, e.path, nil)
 	v := e.victim(point)
-	v.send("acquire x timeout=100ms")
+	v.Send("acquire x timeout=100ms")
 	waitPending(e.t, e.m, "x", 1)
-	h.send("acquire x")
+	h.Send("acquire x")
 	e.died(v)
-	h.quiet("acquired")
+	h.Quiet("acquired", quietPeriod)
 	require.NoError(e.t, lp.Release())
-	h.expect("acquired x")
+	h.Expect("acquired x")
 	check(e.t, e.m)
-	h.send("release x")
-	h.expect("released x")
+	h.Send("release x")
+	h.Expect("released x")
 }
 
 func crashWhileStealing(e *crashEnv, point string) {
@@ -246,10 +235,10 @@ func crashWhileStealing(e *crashEnv, point string) {
 	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
 	require.NoError(e.t, err)
 	h := spawn(e.t, e.path, nil)
-	h.send("acquire x")
+	h.Send("acquire x")
 	waitPending(e.t, e.m, "x", 1)
 	v := e.victim(point)
-	v.send("acquire x steal")
+	v.Send("acquire x steal")
 	e.died(v)
 	// P's hold was marked stolen before V died: P learns of it (the repair rings it).
 	select {
@@ -258,20 +247,20 @@ func crashWhileStealing(e *crashEnv, point string) {
 		e.t.Fatal("P's Lost did not close after a half-finished steal")
 	}
 	require.ErrorIs(e.t, lp.Release(), ErrStolen)
-	h.expect("acquired x")
+	h.Expect("acquired x")
 	check(e.t, e.m)
-	h.send("release x")
-	h.expect("released x")
+	h.Send("release x")
+	h.Expect("released x")
 }
 
 func crashWhileReaping(e *crashEnv, point string) {
 	c := spawn(e.t, e.path, nil)
-	c.send("acquire x")
-	c.expect("acquired x")
+	c.Send("acquire x")
+	c.Expect("acquired x")
 	v := e.victim(point)
-	v.send("acquire x")
+	v.Send("acquire x")
 	waitPending(e.t, e.m, "x", 1)
-	c.kill()
+	c.Kill()
 	e.died(v)
 	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after its holder and its reaper died")
 	check(e.t, e.m)
@@ -279,24 +268,24 @@ func crashWhileReaping(e *crashEnv, point string) {
 }
 
 func crashWhileRegistering(e *crashEnv, point string) {
-	v := start(e.t, e.path, nil, envCrash+"="+point)
+	v := start(e.t, e.path, nil, point)
 	e.died(v)
 	_, err := e.m.Query(context.Background()) // reaps the half-registered record
 	require.NoError(e.t, err)
 	for _, ai := range e.m.Table().Agents() {
-		require.NotEqual(e.t, v.cmd.Process.Pid, ai.PID)
+		require.NotEqual(e.t, v.Pid, ai.PID)
 	}
 }
 
 func crashWhileClosing(e *crashEnv, point string) {
 	v := spawn(e.t, e.path, nil)
-	v.send("acquire x")
-	v.expect("acquired x")
+	v.Send("acquire x")
+	v.Expect("acquired x")
 	w := acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{})
 	waitPending(e.t, e.m, "x", 1)
-	v.send("crash %s", point)
-	v.expect("armed")
-	v.send("close")
+	v.Send("crash %s", point)
+	v.Expect("armed")
+	v.Send("close")
 	e.died(v)
 	l := mustGrant(e.t, w, "P after V died closing")
 	check(e.t, e.m)
@@ -305,14 +294,14 @@ func crashWhileClosing(e *crashEnv, point string) {
 
 func crashWhileRepairing(e *crashEnv, point string) {
 	c := spawn(e.t, e.path, nil)
-	c.send("acquire x")
-	c.expect("acquired x")
+	c.Send("acquire x")
+	c.Expect("acquired x")
 	v := e.victim(point)
-	v.send("acquire x")
+	v.Send("acquire x")
 	waitPending(e.t, e.m, "x", 1)
-	c.send("crash release.unlinked") // C dies holding x's latch
-	c.expect("armed")
-	c.send("release x")
+	c.Send("crash release.unlinked") // C dies holding x's latch
+	c.Expect("armed")
+	c.Send("release x")
 	e.died(c)
 	e.died(v) // V reaps C, takes the latch over and dies rebuilding
 	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after two dead latch owners")
@@ -331,7 +320,7 @@ func (e *crashEnv) useOnce(name string) {
 func crashWhileFastAcquiring(e *crashEnv, point string) {
 	e.useOnce("x")
 	v := e.victim(point)
-	v.send("acquire x")
+	v.Send("acquire x")
 	e.died(v)
 	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died taking it")
 	check(e.t, e.m)
@@ -341,11 +330,11 @@ func crashWhileFastAcquiring(e *crashEnv, point string) {
 func crashWhileFastReleasing(e *crashEnv, point string) {
 	e.useOnce("x")
 	v := spawn(e.t, e.path, nil)
-	v.send("acquire x")
-	tv := tokenOf(v.expect("acquired x"))
-	v.send("crash %s", point)
-	v.expect("armed")
-	v.send("release x")
+	v.Send("acquire x")
+	tv := tokenOf(v.Expect("acquired x"))
+	v.Send("crash %s", point)
+	v.Expect("armed")
+	v.Send("release x")
 	e.died(v)
 	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died releasing it")
 	require.Greater(e.t, l.Token(), tv)
@@ -356,15 +345,15 @@ func crashWhileFastReleasing(e *crashEnv, point string) {
 func crashWhileInflating(e *crashEnv, point string) {
 	e.useOnce("x")
 	h := spawn(e.t, e.path, nil)
-	h.send("acquire x")
-	th := tokenOf(h.expect("acquired x"))
+	h.Send("acquire x")
+	th := tokenOf(h.Expect("acquired x"))
 	v := e.victim(point)
-	v.send("acquire x")
+	v.Send("acquire x")
 	e.died(v)
 	w := acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{})
 	waitPending(e.t, e.m, "x", 1)
-	h.send("release x")
-	h.expect("released x")
+	h.Send("release x")
+	h.Expect("released x")
 	l := mustGrant(e.t, w, "P after V died moving H's hold")
 	require.Greater(e.t, l.Token(), th)
 	check(e.t, e.m)
@@ -376,14 +365,14 @@ func crashWhileWatching(e *crashEnv, point string) {
 	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
 	require.NoError(e.t, err)
 	h := spawn(e.t, e.path, nil)
-	h.send("waitunlocked x")
+	h.Send("waitunlocked x")
 	watchingCount(e.t, e.m, 1)
 	v := e.victim(point)
-	v.send("waitunlocked x")
+	v.Send("waitunlocked x")
 	e.died(v)
-	h.quiet("unlocked")
+	h.Quiet("unlocked", quietPeriod)
 	require.NoError(e.t, lp.Release()) // takes V's latch over (watch.linked) and rings H
-	h.expect("unlocked x")
+	h.Expect("unlocked x")
 	watchingCount(e.t, e.m, 0)
 	check(e.t, e.m)
 }
@@ -393,14 +382,14 @@ func crashWhileUnwatching(e *crashEnv, point string) {
 	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
 	require.NoError(e.t, err)
 	h := spawn(e.t, e.path, nil)
-	h.send("waitunlocked x")
+	h.Send("waitunlocked x")
 	watchingCount(e.t, e.m, 1)
 	v := e.victim(point)
-	v.send("waitunlocked x timeout=100ms")
+	v.Send("waitunlocked x timeout=100ms")
 	e.died(v)
-	h.quiet("unlocked")
+	h.Quiet("unlocked", quietPeriod)
 	require.NoError(e.t, lp.Release())
-	h.expect("unlocked x")
+	h.Expect("unlocked x")
 	watchingCount(e.t, e.m, 0)
 	check(e.t, e.m)
 }

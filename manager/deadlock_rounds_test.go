@@ -21,7 +21,7 @@ func TestDeadlockRoundsStopAndRestart(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		requireRoundsStopped(t, m)
 		epoch := roundsEpoch(m)
-		b.buf = nil
+		b.Drop()
 		ctx := ctxT(t, eventually)
 		holding, goOn, res := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 		var elapsed time.Duration
@@ -47,9 +47,9 @@ func TestDeadlockRoundsStopAndRestart(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("round %d: x not granted: %v", round, ctx.Err())
 		}
-		b.send("nest y x")
-		b.expect("acquired y")
-		b.send("gonest y")
+		b.Send("nest y x")
+		b.Expect("acquired y")
+		b.Send("gonest y")
 		waitPending(t, m, "x", 1) // the child waits for x before we wait for y
 		close(goOn)
 		var err error
@@ -60,9 +60,9 @@ func TestDeadlockRoundsStopAndRestart(t *testing.T) {
 		}
 		require.ErrorIs(t, err, ErrDeadlock, "round %d: the request that waited last is the victim", round)
 		require.GreaterOrEqual(t, elapsed, testDeadlockDelay, "round %d: checked before DeadlockDelay", round)
-		b.expect("acquired x")
-		b.expect("done y")
-		require.Empty(t, b.linesWith("deadlock"), "round %d", round)
+		b.Expect("acquired x")
+		b.Expect("done y")
+		require.Empty(t, b.Lines("deadlock"), "round %d", round)
 		require.Greater(t, roundsEpoch(m), epoch, "round %d: rounds ran", round)
 		t.Logf("round %d: victim after %v (delay %v)", round, elapsed, testDeadlockDelay)
 		check(t, m)

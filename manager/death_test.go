@@ -37,14 +37,14 @@ func TestReapDeadHolder(t *testing.T) {
 			path := tablePath(t)
 			m := openM(t, path, nil)
 			q := spawn(t, path, nil)
-			q.send("acquire x")
-			tq := tokenOf(q.expect("acquired x"))
-			q.send("acquire y shared")
-			q.expect("acquired y")
+			q.Send("acquire x")
+			tq := tokenOf(q.Expect("acquired x"))
+			q.Send("acquire y shared")
+			q.Expect("acquired y")
 			m2 := openM(t, path, nil)
 			ly, err := m2.Acquire(context.Background(), "z", RequestOptions{})
 			require.NoError(t, err)
-			q.send("acquire z")
+			q.Send("acquire z")
 			waitPending(t, m, "z", 1)
 			ctx := ctxT(t, eventually)
 			wx := acquireAsync(ctx, m, "x", RequestOptions{})
@@ -54,19 +54,19 @@ func TestReapDeadHolder(t *testing.T) {
 			start := time.Now()
 			switch how {
 			case "sigkill":
-				q.kill()
+				q.Kill()
 			case "zombie":
-				q.cmd.Process.Kill() // not waited for until cleanup: a zombie
+				q.Cmd.Process.Kill() // not waited for until cleanup: a zombie
 			case "exit":
-				q.send("exit")
+				q.Send("exit")
 			case "panic":
-				q.send("panic")
+				q.Send("panic")
 			}
 			lx := mustGrant(t, wx, "waiter after the holder died")
 			t.Logf("%s: waiter granted %v after the kill", how, time.Since(start))
 			require.Greater(t, lx.Token(), tq)
 			mustGrant(t, wy, "second name").Release()
-			deadGone(t, m, q.pid)
+			deadGone(t, m, q.Pid)
 			require.NoError(t, lx.Release())
 			require.NoError(t, ly.Release())
 			check(t, m)

@@ -77,7 +77,7 @@ func TestLogReapAndRepair(t *testing.T) {
 	path := tablePath(t)
 	e := &crashEnv{t: t, path: path, m: openM(t, path, loggedOpts(crashGeometry, h))}
 	v := e.victim("latch.acquired")
-	v.send("acquire x")
+	v.Send("acquire x")
 	e.died(v)
 	l := mustGrant(t, acquireAsync(ctxT(t, eventually), e.m, "x", RequestOptions{}), "x after V died with its latch")
 	check(t, e.m)
@@ -94,7 +94,7 @@ func TestLogReapAndRepair(t *testing.T) {
 		}
 	}()
 	reap := h.waitRecord(t, msgReap)
-	require.Equal(t, int64(v.pid), reap["pid"], "the reaped agent's pid")
+	require.Equal(t, int64(v.Pid), reap["pid"], "the reaped agent's pid")
 	require.Equal(t, slog.LevelWarn, reap["level"])
 	require.Equal(t, path, reap["table"])
 	repair := h.waitRecord(t, msgRepair)
