@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/shmlocks/shmlocks/internal/proctest"
-	"github.com/shmlocks/shmlocks/internal/seam"
+	"github.com/shmlocks/shmlocks/internal/testhooks"
 	"github.com/shmlocks/shmlocks/manager"
 )
 
@@ -115,7 +115,7 @@ func childMain(args []string) int {
 			close(gate(f[1]))
 		case "pause":
 			point := f[1]
-			seam.SetCrashHook(func(p string) {
+			testhooks.SetCrash(func(p string) {
 				if p == point {
 					say("paused %s", p)
 					<-childResume
@@ -126,7 +126,7 @@ func childMain(args []string) int {
 			close(childResume)
 		case "crash":
 			point := f[1]
-			seam.SetCrashHook(func(p string) {
+			testhooks.SetCrash(func(p string) {
 				if p == point {
 					self, _ := os.FindProcess(os.Getpid())
 					self.Kill() // SIGKILL: no deferred code, no Close

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/internal/proctest"
-	"github.com/shmlocks/shmlocks/table"
+	"github.com/shmlocks/shmlocks/internal/testhooks"
 )
 
 // Multi-process tests re-exec this test binary as a child agent
@@ -57,7 +57,7 @@ func armCrash(point string) {
 			select {}
 		}
 	}
-	table.SetCrashHook(hook)
+	testhooks.SetCrash(hook)
 }
 
 var say = proctest.Say

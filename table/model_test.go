@@ -34,12 +34,12 @@ type fakeLiveness struct {
 
 func installFakeLiveness(t testing.TB) *fakeLiveness {
 	f := &fakeLiveness{dead: map[int]bool{}}
-	SetLiveness(func(id Identity) bool {
+	setLiveness(func(id Identity) bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return !f.dead[id.PID]
 	})
-	t.Cleanup(func() { SetLiveness(nil) })
+	t.Cleanup(func() { setLiveness(nil) })
 	return f
 }
 

@@ -1,22 +1,19 @@
 package table
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/shmlocks/shmlocks/internal/testhooks"
+)
 
 // A name's queue and held list: grants in queue order, the wake-ahead of
 // the next head, and steals (docs/design.md §2 and §4). Every function
-// here but SetFaultBreakExclusion runs under the entry's bucket latch.
+// here runs under the entry's bucket latch.
 
-// faultBreakExclusion, when set, makes every request grantable at once: a
-// deliberately broken lock for testing that the stress checker notices.
-var faultBreakExclusion atomic.Bool
-
-// SetFaultBreakExclusion breaks (true) or restores mutual exclusion in this
-// process. For tests of the independent checkers only.
-func SetFaultBreakExclusion(on bool) { faultBreakExclusion.Store(on) }
-
-// grantable: the queue is empty and mode is compatible with the holders.
+// grantable: the queue is empty and mode is compatible with the holders
+// (or the stress checkers' test breaks exclusion: testhooks.BreakExclusion).
 func (t *Table) grantable(eo uint64, mode uint32) bool {
-	if faultBreakExclusion.Load() {
+	if testhooks.BreakExclusion.Load() {
 		return true
 	}
 	if t.ld32(eo+enQHead) != 0 {
