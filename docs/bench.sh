@@ -121,10 +121,12 @@ function target(what, figure, ok) {
 	}
 }
 /OS threads/ { threads = $0; sub(/.*: */, "", threads) }
+/machine: / { where = $0; sub(/.*machine: */, "", where) }
 END {
 	skipns["BenchmarkHandoff"] = skipns["BenchmarkContention"] = skipns["BenchmarkSharedReaders"] = 1
 	skipns["BenchmarkLongWait"] = skipns["BenchmarkDeathToGrant"] = skipns["BenchmarkDrainSameName"] = skipns["BenchmarkYieldShare"] = 1
 	skipns["BenchmarkGoroutines"] = 1
+	if (where != "") print "Measured on: " where "\n"
 	print "# Medians"
 	for (f = 1; f <= nfam; f++) {
 		fam = forder[f]
@@ -222,6 +224,20 @@ END {
 		printf "| #18 %s against a ticket lock (the strict-FIFO baseline) | %sx (the ticket lock: %sx flock) | reported |\n", what, fmt(m(G, "shm/ticket")), fmt(m(G, "ticket/flock"))
 		if (gp[k] > 1 && ((G, "line-ns", 1) in at)) printf "| #18 %s per run: ratio to flock at the cache line crossing time between the CPUs | %s | reported |\n", what, byline(G, "shm/flock", "x")
 		if (gp[k] > 1) printf "| #18 %s grants whose previous holder was in another process | shmlocks %s%%, flock %s%%, the ticket lock %s%% | reported |\n", what, fmt(m(G, "shm-xproc%")), fmt(m(G, "flock-xproc%")), fmt(m(G, "ticket-xproc%"))
+	}
+	# issue 37: tables of bounded fairness (Bounded(1ms)) beside FIFO and
+	# flock in every row of BenchmarkGoroutines; the bound of the longest
+	# wait is 2 ms plus the hand-off time of the queue, for which the longest
+	# FIFO wait of the same row stands (the time its queue takes to hand the
+	# name round)
+	split("1 2 4 4 8 2 4 8", bp, " "); split("64 4 4 16 2 1 1 1", bg, " ")
+	for (k = 1; k <= 8; k++) {
+		G = "BenchmarkGoroutines/procs=" bp[k] "/goroutines=" bg[k]
+		what = bp[k] " x " bg[k]
+		r = m(G, "bd/flock"); target("#37 Bounded(1ms) " what " ops/s >= 1.5x flock", fmt(r) "x (" fmt(m(G, "bd-ops/s")) " vs " fmt(m(G, "flock-ops/s")) " ops/s; FIFO " fmt(m(G, "shm/flock")) "x)", r != "" && r >= 1.5)
+		r = m(G, "bd-g-maxmin"); target("#37 Bounded(1ms) " what " max/min ops per goroutine <= 2 (FIFO " fmt(m(G, "shm-g-maxmin")) ", flock " fmt(m(G, "flock-g-maxmin")) ")", fmt(r), r != "" && r <= 2)
+		x = m(G, "bd-wait-max-us"); h = m(G, "shm-wait-max-us")
+		target("#37 Bounded(1ms) " what " longest wait <= 2 ms + the hand-off time of its queue (the longest FIFO wait)", "p99.9 " fmt(m(G, "bd-wait-p999-us")) " us, max " fmt(x) " us (FIFO: p99.9 " fmt(m(G, "shm-wait-p999-us")) " us, max " fmt(h) " us)", x != "" && x + 0 <= 2000 + h)
 	}
 	H = "BenchmarkHandoff/pinned"
 	r = m(H, "shm/flock"); target("#18 two-process handoff within 1.0x of flock (pinned)", fmt(r) "x (" fmt(m(H, "shm-ns/handoff")) " vs " fmt(m(H, "flock-ns/handoff")) " ns)", r != "" && r <= 1)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/futex"
+	"github.com/shmlocks/shmlocks/table"
 )
 
 // kindChan is the in-process FIFO baseline of BenchmarkGoroutines: a channel
@@ -86,10 +87,13 @@ func ticketUnlock(ctl []byte) error {
 
 // goroutineRows are the processes x goroutines of BenchmarkGoroutines (issue
 // 18): more goroutines per process than GOMAXPROCS is where grants land on
-// parked goroutines.
+// parked goroutines; and one goroutine per process (issue 37).
 var goroutineRows = []struct{ procs, goroutines int }{
-	{1, 64}, {2, 4}, {4, 4}, {4, 16}, {8, 2},
+	{1, 64}, {2, 4}, {4, 4}, {4, 16}, {8, 2}, {2, 1}, {4, 1}, {8, 1},
 }
+
+// benchBound is the bound of the Bounded rows of BenchmarkGoroutines.
+const benchBound = time.Millisecond
 
 // BenchmarkGoroutines: P child processes with G goroutines each loop
 // greedily on one exclusive name (lock, empty critical section, unlock,
@@ -99,17 +103,25 @@ var goroutineRows = []struct{ procs, goroutines int }{
 // also the in-process FIFO baseline: a channel of capacity 1 as the lock, 64
 // goroutines of one process.
 //
-// Reported: total ops/s of each, the ratios shm/flock (and shm/chan), the
-// ratio of the most to the least operations done by one goroutine (g-maxmin)
-// and by one process (maxmin); with several processes, how long a cache line
-// takes to cross between two CPUs around the shmlocks loop (line-ns,
-// lineNs).
+// The shmlocks loop runs twice: on a table of the default fairness (shm,
+// strict FIFO) and on one created with Bounded(benchBound) (bd).
+//
+// Reported: total ops/s of each, the ratios shm/flock, bd/flock (and
+// shm/chan), the ratio of the most to the least operations done by one
+// goroutine (g-maxmin) and by one process (maxmin), the 99.9th percentile
+// and the longest of the requests' waits in the window (wait-p999-us,
+// wait-max-us: from the lock call to the grant); with several processes,
+// how long a cache line takes to cross between two CPUs around the
+// shmlocks loop (line-ns, lineNs). It first prints where it runs (machine:
+// a line of the output, which docs/bench.sh puts in its summary).
 func BenchmarkGoroutines(b *testing.B) {
+	fmt.Println(machine())
 	for _, row := range goroutineRows {
 		b.Run(fmt.Sprintf("procs=%d/goroutines=%d", row.procs, row.goroutines), func(b *testing.B) {
-			var shm, fl, tk, ch, ho loopResult
+			var shm, bd, fl, tk, ch, ho loopResult
 			for i := 0; i < b.N; i++ {
 				shm = runLoop(b, loopCfg{kind: kindShm, procs: row.procs, goroutines: row.goroutines})
+				bd = runLoop(b, loopCfg{kind: kindShm, procs: row.procs, goroutines: row.goroutines, opts: &OpenOptions{Fairness: Bounded(benchBound)}})
 				fl = runLoop(b, loopCfg{kind: kindFlock, procs: row.procs, goroutines: row.goroutines})
 				tk = runLoop(b, loopCfg{kind: kindTicket, procs: row.procs, goroutines: row.goroutines})
 				if row.procs == 1 {
@@ -127,10 +139,22 @@ func BenchmarkGoroutines(b *testing.B) {
 			b.ReportMetric(shm.gMaxMin(), "shm-g-maxmin")
 			b.ReportMetric(fl.gMaxMin(), "flock-g-maxmin")
 			b.ReportMetric(tk.gMaxMin(), "ticket-g-maxmin")
+			b.ReportMetric(bd.opsPerSec(), "bd-ops/s")
+			b.ReportMetric(bd.opsPerSec()/fl.opsPerSec(), "bd/flock")
+			b.ReportMetric(bd.opsPerSec()/shm.opsPerSec(), "bd/shm")
+			b.ReportMetric(bd.gMaxMin(), "bd-g-maxmin")
+			for _, w := range []struct {
+				name string
+				r    loopResult
+			}{{"shm", shm}, {"bd", bd}, {"flock", fl}} {
+				b.ReportMetric(w.r.waitP999/1e3, w.name+"-wait-p999-us")
+				b.ReportMetric(w.r.waitMax/1e3, w.name+"-wait-max-us")
+			}
 			if row.procs > 1 {
 				b.ReportMetric(shm.maxMin(), "shm-maxmin")
 				b.ReportMetric(fl.maxMin(), "flock-maxmin")
 				b.ReportMetric(shm.xproc(), "shm-xproc%")
+				b.ReportMetric(bd.xproc(), "bd-xproc%")
 				b.ReportMetric(fl.xproc(), "flock-xproc%")
 				b.ReportMetric(tk.xproc(), "ticket-xproc%")
 				b.ReportMetric(shm.lineNs, "line-ns") // 0: not measured (bench.sh pairs the runs by index)
@@ -196,12 +220,18 @@ func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, er
 	ctx, cancel := context.WithTimeout(context.Background(), a.Limit)
 	defer cancel()
 	mutex := make(chan struct{}, 1) // kindChan
+	// Waits are timed from just before the lock call to the grant, on the
+	// table's clock (MonoNow: the time-stamp counter where the kernel keeps
+	// time with it), the same for every kind: one reading in the critical
+	// section, recorded after the release (a histogram update while holding
+	// would lengthen every section).
 	var total atomic.Uint64
 	errs := make(chan error, ng)
 	var wg sync.WaitGroup
 	for g := range ng {
 		id := a.Index*ng + g
 		ops, me := ctlWord64(ctl, ctlGOps+64*id), uint32(id+1)
+		waits := newWaitRecorder(ctl, id)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -209,12 +239,19 @@ func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, er
 			defer func() { total.Add(n) }()
 			switch a.Kind {
 			case kindShm:
-				fn := func(context.Context, *Lock) error { critical(me); return nil }
+				var granted int64
+				fn := func(context.Context, *Lock) error {
+					granted = table.MonoNow()
+					critical(me)
+					return nil
+				}
 				for atomic.LoadUint32(stop) == 0 {
+					start := table.MonoNow()
 					if err := m.Request(ctx, a.Name, RequestOptions{}, fn); err != nil {
 						errs <- err
 						return
 					}
+					waits.record(granted - start)
 					n++
 					atomic.AddUint64(ops, 1)
 				}
@@ -227,37 +264,46 @@ func benchLoopGoroutines(a benchArgs, ctl []byte, m *Manager, _ int) (uint64, er
 				defer f.Close()
 				fd := int(f.Fd())
 				for atomic.LoadUint32(stop) == 0 {
+					start := table.MonoNow()
 					if err := syscall.Flock(fd, syscall.LOCK_EX); err != nil {
 						errs <- err
 						return
 					}
+					granted := table.MonoNow()
 					critical(me)
 					if err := syscall.Flock(fd, syscall.LOCK_UN); err != nil {
 						errs <- err
 						return
 					}
+					waits.record(granted - start)
 					n++
 					atomic.AddUint64(ops, 1)
 				}
 			case kindChan:
 				for atomic.LoadUint32(stop) == 0 {
+					start := table.MonoNow()
 					mutex <- struct{}{}
+					granted := table.MonoNow()
 					critical(me)
 					<-mutex
+					waits.record(granted - start)
 					n++
 					atomic.AddUint64(ops, 1)
 				}
 			case kindTicket:
 				for atomic.LoadUint32(stop) == 0 {
+					start := table.MonoNow()
 					if err := ticketLock(ctx, ctl); err != nil {
 						errs <- err
 						return
 					}
+					granted := table.MonoNow()
 					critical(me)
 					if err := ticketUnlock(ctl); err != nil {
 						errs <- err
 						return
 					}
+					waits.record(granted - start)
 					n++
 					atomic.AddUint64(ops, 1)
 				}
@@ -283,7 +329,9 @@ func TestBenchGoroutinesLoop(t *testing.T) {
 		procs, goroutines int
 		opts              *OpenOptions
 	}{{kindShm, "shm", 2, 3, nil}, {kindFlock, "flock", 2, 3, nil}, {kindTicket, "ticket", 2, 3, nil}, {kindChan, "chan", 1, 4, nil},
-		{kindShm, "shm-handover", 1, 8, &OpenOptions{HandOver: true}}} {
+		{kindShm, "shm-handover", 1, 8, &OpenOptions{HandOver: true}},
+		{kindShm, "shm-bounded", 2, 3, &OpenOptions{Fairness: Bounded(benchBound)}},
+		{kindShm, "shm-one-per-process", 2, 1, nil}} {
 		t.Run(c.name, func(t *testing.T) {
 			r := runLoop(t, loopCfg{kind: c.kind, procs: c.procs, goroutines: c.goroutines, opts: c.opts,
 				warmup: 50 * time.Millisecond, window: 200 * time.Millisecond})
@@ -300,6 +348,13 @@ func TestBenchGoroutinesLoop(t *testing.T) {
 			require.Positive(t, r.total)
 			require.GreaterOrEqual(t, r.gMaxMin(), 1.0)
 			require.Zero(t, r.viol)
+			// The waits of the window: a median, a 99.9th percentile and a
+			// longest wait, in order (the percentiles are bucket tops: the
+			// 99.9th is at most the top of the longest wait's bucket, up to
+			// 25% above it).
+			require.Positive(t, r.waitP50)
+			require.LessOrEqual(t, r.waitP50, r.waitP999)
+			require.LessOrEqual(t, r.waitP999, benchWaitBucketTop(benchWaitBucket(int64(r.waitMax))))
 		})
 	}
 }

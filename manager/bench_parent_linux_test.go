@@ -100,7 +100,8 @@ type loopCfg struct {
 	warmup  time.Duration
 	window  time.Duration
 
-	// goroutines > 1: requesting goroutines per child (per-goroutine counts in gops)
+	// goroutines >= 1: requesting goroutines per child (per-goroutine counts
+	// in gops, waits in waitP999 and waitMax); 0: benchLoop's one loop
 	goroutines int
 }
 
@@ -121,6 +122,9 @@ type loopResult struct {
 	gaps     bool               // gapCount and gapSum were recorded
 	gapCount [gapBuckets]uint64 // ownership changes in the window, by gap (100 ns buckets)
 	gapSum   [gapBuckets]uint64 // their gaps, ns
+	waitP50  float64            // goroutines >= 1: the median wait of a request in the window (ns, bucket top)
+	waitP999 float64            // its 99.9th percentile
+	waitMax  float64            // the longest wait of a request granted in the window (ns)
 }
 
 // gapP50 is the median gap between two sections of different processes (ns,
@@ -281,8 +285,13 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	}
 	tablePath := filepath.Join(dir, "bench.tbl")
 	if cfg.kind == kindShm {
-		// Create the table before the children race to.
-		m, err := Open(tablePath, nil)
+		// Create the table before the children race to (with the children's
+		// fairness: the creator's is the table's).
+		var o *OpenOptions
+		if cfg.opts != nil {
+			o = &OpenOptions{Fairness: cfg.opts.Fairness}
+		}
+		m, err := Open(tablePath, o)
 		require.NoError(b, err)
 		m.Close()
 	}
@@ -330,7 +339,7 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	ng := max(cfg.goroutines, 1)
 	read := func() (time.Time, []uint64, uint64, uint64, uint64) {
 		ops := make([]uint64, cfg.procs, cfg.procs*(1+ng))
-		if ng == 1 {
+		if cfg.goroutines == 0 {
 			for i := range cfg.procs {
 				ops[i] = atomic.LoadUint64(ctlWord64(ctl, ctlOps+64*i))
 			}
@@ -355,9 +364,15 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	time.Sleep(cfg.warmup)
 	cpu0 := cpuNow()
 	gc0, gs0 := readGaps()
+	resetLongest(ctl, cfg.procs*ng)
+	w0 := readWaits(ctl, cfg.procs*ng)
 	t0, ops0, ch0, rep0, _ := read()
 	time.Sleep(cfg.window)
 	t1, ops1, ch1, rep1, viol := read()
+	w1 := readWaits(ctl, cfg.procs*ng)
+	if cfg.goroutines > 0 {
+		res.waitP50, res.waitP999, res.waitMax = quantile(w0, w1, 0.5), quantile(w0, w1, 0.999), readLongest(ctl, cfg.procs*ng)
+	}
 	gc1, gs1 := readGaps()
 	cpu1 := cpuNow()
 	atomic.StoreUint32(ctlWord32(ctl, ctlStop), 1)

@@ -59,7 +59,11 @@ const (
 	// when the children run several goroutines (bench_goroutines_linux_test.go).
 	ctlGOps = (ctlGaps + 2*8*gapBuckets + 63) &^ 63
 	ctlMaxG = 256
-	ctlSize = ctlGOps + 64*ctlMaxG
+	// ctlWaits: per requesting goroutine, the histogram of its waits and its
+	// longest, at ctlWaits + waitStride64*(Index*Goroutines+g)
+	// (bench_waits_linux_test.go).
+	ctlWaits = ctlGOps + 64*ctlMaxG
+	ctlSize  = ctlWaits + waitStride64*ctlMaxG
 	// gapBuckets: the gap between one process's critical section and the
 	// next one's, in 100 ns buckets; the last one holds every gap of 3 µs
 	// or more (a stall: the next holder was off its CPU, or asleep).
@@ -87,7 +91,7 @@ type benchArgs struct {
 	Opts    *OpenOptions
 	Limit   time.Duration // bound of every wait
 	Gaps    bool          // record the gaps between sections of different processes (SHMLOCKS_BENCH_GAPS)
-	// Goroutines > 1: that many goroutines loop greedily (benchLoopGoroutines).
+	// Goroutines >= 1: that many goroutines loop greedily (benchLoopGoroutines).
 	Goroutines int
 }
 
@@ -202,7 +206,7 @@ func benchChild(args []string) int {
 			fmt.Printf("calib %d\n", time.Since(t0).Nanoseconds())
 		case "go":
 			loop := benchLoop
-			if a.Goroutines > 1 || a.Kind == kindChan || a.Kind == kindTicket {
+			if a.Goroutines >= 1 || a.Kind == kindChan || a.Kind == kindTicket {
 				loop = benchLoopGoroutines
 			}
 			ops, err := loop(a, ctl, m, fd)

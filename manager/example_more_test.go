@@ -23,6 +23,10 @@ func ExampleOpen() {
 		FileMode:      0660, // share the table with the file's group
 		Stats:         true, // count requests, waits, steals, reaps
 		DeadlockDelay: 200 * time.Millisecond,
+		// Let a running request take a free name ahead of the queue while
+		// the oldest waiter has waited less than 1ms (throughput), FIFO
+		// after that (bounded waiting). Fixed when the file is created.
+		Fairness: manager.Bounded(time.Millisecond),
 	})
 	if err != nil {
 		panic(err)
@@ -30,16 +34,18 @@ func ExampleOpen() {
 	defer m.Close()
 
 	// A second Manager (in real use: another process) finds the geometry
-	// in the file and ignores the options' geometry.
-	other, err := manager.Open(path, &manager.OpenOptions{MaxResources: 4096})
+	// and the fairness in the file and ignores the options' ones.
+	other, err := manager.Open(path, &manager.OpenOptions{MaxResources: 4096, Fairness: manager.FIFO})
 	if err != nil {
 		panic(err)
 	}
 	defer other.Close()
+	fmt.Println("fairness:", other.Fairness())
 
 	_, err = m.Acquire(context.Background(), string(make([]byte, 65)), manager.RequestOptions{})
 	fmt.Println("a name over MaxNameLen:", errors.Is(err, manager.ErrNotSupported))
 	// Output:
+	// fairness: bounded:1ms
 	// a name over MaxNameLen: true
 }
 

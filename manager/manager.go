@@ -46,6 +46,13 @@ type OpenOptions struct {
 	// usable CPUs. Off by default.
 	HandOver bool
 
+	// Fairness is the order in which the table grants a name's requests:
+	// FIFO (the zero value: strict arrival order, Web Locks) or Bounded(d)
+	// (a request may take a free name ahead of queued ones while the oldest
+	// of them has waited less than d). Used only when the file is created;
+	// an existing file keeps its own (Manager.Fairness). See fairness.go.
+	Fairness Fairness
+
 	// Stats makes the Manager count its requests by mode and outcome, their
 	// time queued, steals, lost locks, reaps and repairs (see Stats): an
 	// atomic add per request, and two clock reads and three adds more for a
@@ -101,6 +108,7 @@ type Manager struct {
 	clientID string
 	spin     time.Duration
 	handOver bool          // OpenOptions.HandOver, and spinning allowed (turns.go)
+	bounded  bool          // the table's fairness is Bounded (fairness.go)
 	deadlock time.Duration // OpenOptions.DeadlockDelay; <= 0: no checks
 	dl       deadlockState // this Manager's deadlock checks (deadlock.go)
 
@@ -173,7 +181,10 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	if err := checkTablePath(path); err != nil { // path.go
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	t, _, err := table.Open(path, g, o.FileMode)
+	if err := o.Fairness.validate(); err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	t, _, err := table.OpenFair(path, g, o.FileMode, o.Fairness.tableBound())
 	if err != nil {
 		(&eventLog{l: o.Logger, path: path}).corrupt(nil, "open", err)
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -194,6 +205,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		path:     path,
 		spin:     spin,
 		handOver: o.HandOver && spin > 0,
+		bounded:  t.Bound() > 0,
 		deadlock: deadlock,
 		closing:  make(chan struct{}),
 		held:     newRegistry(t.Slots()),

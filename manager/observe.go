@@ -51,7 +51,10 @@ func (s NameState) Locked() bool { return len(s.Held) > 0 }
 
 // Grantable reports whether a request in mode would have been granted at
 // once in this state: nothing queued, and nothing held (or, for a shared
-// request, only shared holders).
+// request, only shared holders). On a table of bounded fairness
+// (Manager.Fairness) a request may also be granted ahead of a queue, while
+// its head has waited less than the bound, which a state does not show;
+// WaitUnlocked does see it.
 func (s NameState) Grantable(mode Mode) bool {
 	if len(s.Pending) > 0 {
 		return false

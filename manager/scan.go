@@ -37,7 +37,9 @@ func (m *Manager) scanWaiters(all bool) {
 		for w := q.head; w != nil; w = w.next {
 			st, _, ok := m.t.Status(m.a, w.ref)
 			waiting := ok && st == table.SlotWaiting
-			if !waiting || (!w.spun.Load() && m.t.IsHead(m.a, w.ref)) {
+			// A head of a bounded table is poked even after it spun: it may
+			// have been left its name (fairness.go).
+			if !waiting || ((!w.spun.Load() || m.bounded) && m.t.IsHead(m.a, w.ref)) {
 				w.poke()
 			}
 			if waiting && !all {

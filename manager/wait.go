@@ -168,6 +168,9 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			}
 			return 0, fmt.Errorf("lock %q: request removed from the table (agent reaped?): %w", name, ErrStolen)
 		}
+		if m.bounded && ok && st == table.SlotWaiting && m.t.IsHead(m.a, ref) && m.takeTurn(ref, true) {
+			continue // a bounded table left us the name (fairness.go): the next look returns the grant
+		}
 		if head {
 			// Woken one grant ahead: spin (not counted as parked), then
 			// park again with the usual re-check.
@@ -233,6 +236,9 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		}
 		if !ok || st != table.SlotWaiting {
 			return 0, nil, false
+		}
+		if m.bounded && i&3 == 0 && m.t.MayTakeTurn(m.a, ref) && m.takeTurn(ref, false) {
+			continue // a bounded table left us the name (fairness.go): the next look returns the grant
 		}
 		parked, spinners := atomic.LoadUint32(m.a.Parked()), m.spinners.Load()
 		lookOnly := spinLooksOnly(oneCPU, spinners, procs, parked)

@@ -27,6 +27,8 @@ type Checker struct {
 	FIFOSlack time.Duration
 	// FIFOEvery: one grant in FIFOEvery is sampled for overtakes.
 	FIFOEvery uint64
+
+	ids atomic.Uint32
 }
 
 // NewChecker returns the checker of slot's worker.
@@ -35,19 +37,25 @@ func NewChecker(r *Region, slot, pid int, now func() int64) *Checker {
 		FIFOSlack: 5 * time.Millisecond, FIFOEvery: 8}
 }
 
-func (c *Checker) violation(format string, args ...any) {
-	c.r.Violation(fmt.Sprintf("pid %d: ", c.pid) + fmt.Sprintf(format, args...))
+func (c *Checker) violation(kind int, format string, args ...any) {
+	c.r.violation(kind, fmt.Sprintf("pid %d: ", c.pid)+fmt.Sprintf(format, args...))
 }
+
+// nextID returns a hold id unique in the run (child holds name their
+// ancestors by it).
+func (c *Checker) nextID() uint64 { return uint64(c.slot+1)<<32 | uint64(c.ids.Add(1)) }
 
 // Request describes one request of a goroutine, from before it is made until
 // its lock is released.
 type Request struct {
 	c        *Checker
-	g        int
+	g        int // the goroutine (messages)
+	rec      int // its record
 	name     int
 	mode     uint32
 	steal    bool
 	blocking bool // counted in the name's waiters
+	multi    bool // one of the names of an AcquireAll
 	ticket   uint64
 	from     int64 // monotonic ns when the request started
 	maxAny0  uint64
@@ -55,18 +63,43 @@ type Request struct {
 	token   uint64
 	grantAt int64
 	counter uint64 // value read at the start of an exclusive section
+	id      uint64 // the hold's id
+	flags   uint32 // recChild, recExec, recStale
+	parent  *Request
+	pid     int64 // exec: the command's pid and start time
+	pstart  uint64
+	asked   int64 // exec without a token: when the wrapper was started
+	noToken bool  // the holder does not know its token (skip the token checks)
+}
+
+// want is a request about to be made.
+type want struct {
+	rec      int
+	name     int
+	mode     uint32
+	steal    bool
+	blocking bool  // the request may wait (not if-available, not a steal)
+	deadline int64 // monotonic ns, 0 none
+	flags    uint32
 }
 
 // Begin publishes that goroutine g is about to request name. blocking: the
 // request may wait (not if-available, not a steal). deadline: monotonic ns, 0
 // for none.
 func (c *Checker) Begin(g, name int, mode uint32, steal, blocking bool, deadline int64) *Request {
+	return c.begin(want{rec: c.r.rec(g, 0), name: name, mode: mode, steal: steal, blocking: blocking, deadline: deadline})
+}
+
+// begin publishes a request in record w.rec.
+func (c *Checker) begin(w want) *Request {
 	r := c.r
-	q := &Request{c: c, g: g, name: name, mode: mode, steal: steal, blocking: blocking}
+	q := &Request{c: c, g: w.rec / r.perG, rec: w.rec, name: w.name, mode: w.mode, steal: w.steal, blocking: w.blocking,
+		multi: w.flags&waitMulti != 0}
+	name, mode, deadline, blocking := w.name, w.mode, w.deadline, w.blocking
 	q.ticket = r.ticket()
 	q.maxAny0 = atomic.LoadUint64(r.nu64(name, nmMaxAny))
-	off := r.recOff(c.slot, g)
-	atomic.StoreUint32(r.u32(off+rcWaitMode), mode)
+	off := r.recOff(c.slot, w.rec)
+	atomic.StoreUint32(r.u32(off+rcWaitMode), mode|w.flags)
 	atomic.StoreUint64(r.u64(off+rcTicket), q.ticket)
 	atomic.StoreInt64(r.i64(off+rcDeadline), deadline)
 	q.from = c.now()
@@ -81,11 +114,12 @@ func (c *Checker) Begin(g, name int, mode uint32, steal, blocking bool, deadline
 // From returns the monotonic time at which the request started.
 func (q *Request) From() int64 { return q.from }
 
-// End withdraws the request record (the lock call returned).
+// End withdraws the request record (the lock call returned). Only the
+// first End of a record's request counts (an exec command and its worker may
+// both end it).
 func (q *Request) End() {
 	r := q.c.r
-	atomic.StoreUint32(r.u32(r.recOff(q.c.slot, q.g)+rcWaitName), 0)
-	if q.blocking {
+	if atomic.CompareAndSwapUint32(r.u32(r.recOff(q.c.slot, q.rec)+rcWaitName), uint32(q.name)+1, 0) && q.blocking {
 		atomic.AddInt64(r.ni64(q.name, nmWaiters), -1)
 	}
 }
@@ -110,7 +144,7 @@ func (c *Checker) expectSteal(n int, after uint64, format string, args ...any) {
 	for !c.r.stolenBetween(n, after, ^uint64(0)) {
 		if time.Now().After(deadline) {
 			if c.r.kills() == 0 {
-				c.violation(format+", but no steal of it was recorded", args...)
+				c.violation(kindLost, format+", but no steal of it was recorded", args...)
 			}
 			return
 		}
@@ -133,59 +167,55 @@ func (q *Request) Granted(token uint64) Grant {
 	now := c.now()
 	q.grantAt = now
 	res := Grant{Handoff: -1}
-	if !c.Tokens {
+	tokens := c.Tokens && !q.noToken && !r.isFlight(n) && q.flags&recStale == 0
+	if !c.Tokens && !r.isFlight(n) {
 		token = atomic.AddUint64(r.nu64(n, nmSeq), 1)
 	}
 	q.token = token
 
 	if q.steal {
-		r.recordSteal(n, token) // before anything that could conflict with the victims
+		r.recordSteal(n, token, now) // before anything that could conflict with the victims
 	}
 	// Fencing tokens: strictly increasing per name. An exclusive grant must be
 	// above every token recorded before it; a shared one above every exclusive
 	// token (concurrent shared grants may record out of order). A holder that
 	// was stolen from before it looked is excused.
-	if c.Tokens {
+	if tokens {
 		if token == 0 {
-			c.violation("%s granted with token 0", nameOf(n))
+			c.violation(kindToken, "%s granted with token 0", nameOf(n))
 		}
 		if q.mode == modeExclusive {
 			if prev := raise(r.nu64(n, nmMaxAny), token); token <= prev && !r.stolenBetween(n, token, prev) {
-				c.violation("token regression on %s: exclusive grant with token %d after token %d was recorded", nameOf(n), token, prev)
+				c.violation(kindToken, "token regression on %s: exclusive grant with token %d after token %d was recorded", nameOf(n), token, prev)
 			}
 			raise(r.nu64(n, nmMaxExcl), token)
 		} else {
 			if prev := atomic.LoadUint64(r.nu64(n, nmMaxExcl)); token <= prev && !r.stolenBetween(n, token, prev) {
-				c.violation("token regression on %s: shared grant with token %d after exclusive token %d was recorded", nameOf(n), token, prev)
+				c.violation(kindToken, "token regression on %s: shared grant with token %d after exclusive token %d was recorded", nameOf(n), token, prev)
 			}
 			raise(r.nu64(n, nmMaxAny), token)
 		}
 	}
 
-	// Publish the hold (name last), then look for conflicting holders. Two
-	// overlapping holders both publish before they look, so (all accesses being
-	// sequentially consistent atomics) at least one of them sees the other.
-	off := r.recOff(c.slot, q.g)
-	mode := q.mode
-	if q.steal {
-		mode |= recSteal
-	}
-	atomic.StoreUint32(r.u32(off+rcHoldMode), mode)
-	atomic.StoreUint64(r.u64(off+rcToken), token)
-	atomic.StoreInt64(r.i64(off+rcGrantAt), now)
-	atomic.StoreUint32(r.u32(off+rcHoldName), uint32(n)+1)
-	atomic.StoreInt64(r.ni64(n, nmLastChange), now)
+	q.publish(now)
 	c.checkOccupancy(q)
 
-	if q.mode == modeExclusive {
+	switch {
+	case q.flags&recStale != 0: // not counted: it makes no section
+	case q.mode == modeExclusive:
 		atomic.AddUint64(r.nu64(n, nmGrantsX), 1)
-		r.addStat(c.slot, slExclusive, 1)
-	} else {
+		if !r.isFlight(n) {
+			r.addStat(c.slot, slExclusive, 1)
+		}
+	default:
 		atomic.AddUint64(r.nu64(n, nmSharedGrant), 1)
 		r.addStat(c.slot, slShared, 1)
 	}
 	if q.steal {
 		r.addStat(c.slot, slSteals, 1)
+	}
+	if r.isFlight(n) || q.flags&(recExec|recStale) != 0 {
+		return res
 	}
 
 	// Reap watch armed by the supervisor when it killed a holder of this name:
@@ -213,65 +243,59 @@ func (q *Request) Granted(token uint64) Grant {
 		}
 	}
 
-	if q.mode == modeExclusive && q.blocking && c.FIFOEvery > 0 && q.ticket%c.FIFOEvery == 0 {
+	if q.mode == modeExclusive && q.blocking && !q.multi && c.FIFOEvery > 0 && q.ticket%c.FIFOEvery == 0 {
 		c.sampleFIFO(q, now)
 	}
 	return res
 }
 
-// checkOccupancy looks for holders of q's name whose mode conflicts with
-// q's. Records of processes the supervisor killed (it marks them before the
-// SIGKILL, so before any reap) or that failed are ignored, and a conflict is
-// excused when the older of the two holders was stolen from (a steal grant
-// lies between their tokens); anything else is a violation. (A worker that
-// dies on its own fails the run anyway.)
-func (c *Checker) checkOccupancy(q *Request) {
-	r := c.r
-	for s := 0; s < r.slots; s++ {
-		st := r.slotState(s)
-		if st == slotUnused || st == slotKilled || st == slotFailed {
-			continue
-		}
-		for g := 0; g < r.goroutines; g++ {
-			if s == c.slot && g == q.g {
-				continue
-			}
-			o := r.readRecord(s, g)
-			if o.holdName != q.name || (q.mode == modeShared && o.holdMode == modeShared) {
-				continue
-			}
-			if c.excused(q, o) {
-				continue
-			}
-			c.violation("exclusion broken on %s: %s grant token %d (goroutine %d) overlapped %s holder token %d (pid %d goroutine %d)",
-				nameOf(q.name), modeName(q.mode), q.token, q.g, modeName(o.holdMode), o.token, r.slotPID(s), g)
+// publish writes q's hold into its record, name last. Two overlapping
+// holders both publish before they look, so (all accesses being
+// sequentially consistent atomics) at least one of them sees the other.
+func (q *Request) publish(now int64) {
+	c, r := q.c, q.c.r
+	q.id = c.nextID()
+	off := r.recOff(c.slot, q.rec)
+	mode := q.mode | q.flags
+	if q.steal {
+		mode |= recSteal
+	}
+	var parent, root uint64
+	if q.parent != nil {
+		parent = q.parent.id
+		if q.parent.parent != nil {
+			root = q.parent.parent.id
 		}
 	}
-}
-
-func (c *Checker) excused(q *Request, o record) bool {
-	lo, hi := q.token, o.token
-	if lo > hi {
-		lo, hi = hi, lo
-	}
-	return c.Tokens && c.r.stolenBetween(q.name, lo, hi)
+	atomic.StoreUint32(r.u32(off+rcHoldMode), mode)
+	atomic.StoreUint64(r.u64(off+rcToken), q.token)
+	atomic.StoreInt64(r.i64(off+rcGrantAt), now)
+	atomic.StoreUint64(r.u64(off+rcID), q.id)
+	atomic.StoreUint64(r.u64(off+rcParent), parent)
+	atomic.StoreUint64(r.u64(off+rcRoot), root)
+	atomic.StoreInt64(r.i64(off+rcPID), q.pid)
+	atomic.StoreUint64(r.u64(off+rcPStart), q.pstart)
+	atomic.StoreInt64(r.i64(off+rcAsked), q.asked)
+	atomic.StoreUint32(r.u32(off+rcHoldName), uint32(q.name)+1)
+	atomic.StoreInt64(r.ni64(q.name, nmLastChange), now)
 }
 
 // sampleFIFO counts waiters for the same name that took their ticket well
 // before q and still wait. The ticket is taken before the request enters the
 // lock (and a process may be descheduled in between), so this is reported as
-// a statistic, never as a violation.
+// a statistic, never as a violation. Waits for several names (AcquireAll) and
+// exec wrappers (whose ticket predates the wrapper's start) are left out.
 func (c *Checker) sampleFIFO(q *Request, now int64) {
 	r := c.r
 	r.addStat(c.slot, slFIFOSamp, 1)
 	slack := int64(c.FIFOSlack)
-	for s := 0; s < r.slots; s++ {
+	r.liveSlots(func(s int) {
 		if r.slotState(s) != slotRunning {
-			continue
+			return
 		}
-		for g := 0; g < r.goroutines; g++ {
-			o := r.readRecord(s, g)
-			if o.waitName != q.name || o.ticket >= q.ticket || o.waitFrom > q.from-slack {
+		for i := 0; i < r.records; i++ {
+			o := r.readRecord(s, i)
+			if o.waitName != q.name || o.waitFlags != 0 || o.ticket >= q.ticket || o.waitFrom > q.from-slack {
 				continue
 			}
 			if o.deadline != 0 && o.deadline < now {
@@ -279,16 +303,28 @@ func (c *Checker) sampleFIFO(q *Request, now int64) {
 			}
 			r.addStat(c.slot, slFIFOOver, 1)
 		}
-	}
+	})
 }
 
 // Enter starts the critical section of an exclusive grant: it reads the
 // name's counter.
 func (q *Request) Enter() {
-	if q.mode != modeExclusive {
+	if q.mode != modeExclusive || q.parent != nil {
 		return
 	}
 	q.counter = atomic.LoadUint64(q.c.r.nu64(q.name, nmCounter))
+}
+
+// stolen reports whether q's grant was stolen since it was granted.
+func (q *Request) stolen() bool {
+	c, r := q.c, q.c.r
+	if !c.Tokens || r.isFlight(q.name) {
+		return false
+	}
+	if q.noToken {
+		return r.stolenSince(q.name, q.asked)
+	}
+	return r.stolenBetween(q.name, q.token, ^uint64(0))
 }
 
 // Exit ends the critical section of an exclusive grant: the counter must not
@@ -296,39 +332,56 @@ func (q *Request) Enter() {
 // with a plain store. A holder that learns it was stolen from skips the store
 // (it is fenced off) and counts that instead.
 func (q *Request) Exit() {
-	if q.mode != modeExclusive {
+	if q.mode != modeExclusive || q.parent != nil {
 		return
 	}
 	c, r, n := q.c, q.c.r, q.name
 	p := r.nu64(n, nmCounter)
 	v := atomic.LoadUint64(p)
+	stolen := q.stolen()
 	if v != q.counter {
-		other := v >> 32
-		lo, hi := q.token&0xffffffff, other
+		other := v >> 32 & 0x7fffffff
+		lo, hi := q.token&0x7fffffff, other
 		if lo > hi {
 			lo, hi = hi, lo
 		}
-		if !(c.Tokens && r.stolenBetween(n, lo, hi)) && !(c.Tokens && r.stolenBetween(n, q.token, ^uint64(0))) {
-			c.violation("exclusion broken on %s: its counter changed from %d to %d (written by token %d) during an exclusive hold with token %d",
-				nameOf(n), q.counter&0xffffffff, v&0xffffffff, other, q.token)
+		excused := c.Tokens && !r.isFlight(n) && (r.stolenBetween(n, lo, hi) ||
+			other == 0 && r.stolenSince(n, atomic.LoadInt64(r.ni64(n, nmTokenless))))
+		if !excused && !stolen {
+			kind := kindCounter
+			switch {
+			case r.isFlight(n):
+				kind = kindFlight
+			case q.flags&recExec != 0 || v>>63 != 0: // an exec command held it, or wrote it
+				kind = kindExec
+			}
+			c.violation(kind, "exclusion broken on %s: its counter changed from %d to %d (written by token %d) during an exclusive hold with token %d",
+				r.label(n), q.counter&0xffffffff, v&0xffffffff, other, q.token)
 		}
 	}
-	if c.Tokens && r.stolenBetween(n, q.token, ^uint64(0)) {
+	if stolen {
 		atomic.AddUint64(r.nu64(n, nmFenced), 1)
 		return
 	}
-	atomic.StoreUint64(p, (q.token&0xffffffff)<<32|(v+1)&0xffffffff)
+	if q.noToken {
+		atomic.StoreInt64(r.ni64(n, nmTokenless), q.asked)
+	}
+	w := (q.token&0x7fffffff)<<32 | (v+1)&0xffffffff
+	if q.flags&recExec != 0 {
+		w |= 1 << 63 // the writer was an exec command (the kind of a violation it causes)
+	}
+	atomic.StoreUint64(p, w)
 }
 
 // Release withdraws the hold record; call it before releasing the lock.
 // It stamps the release for the handoff measurement when waiters exist.
 func (q *Request) Release() {
 	c, r, n := q.c, q.c.r, q.name
-	off := r.recOff(c.slot, q.g)
+	off := r.recOff(c.slot, q.rec)
 	atomic.StoreUint32(r.u32(off+rcHoldName), 0)
 	now := c.now()
 	atomic.StoreInt64(r.ni64(n, nmLastChange), now)
-	if atomic.LoadInt64(r.ni64(n, nmWaiters)) > 0 {
+	if q.parent == nil && atomic.LoadInt64(r.ni64(n, nmWaiters)) > 0 {
 		atomic.StoreInt64(r.ni64(n, nmRelease), now)
 	}
 }

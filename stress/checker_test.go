@@ -3,6 +3,7 @@ package stress
 import (
 	"bytes"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,13 +16,14 @@ import (
 // testRegion is an in-memory check region with slots running workers.
 func testRegion(t *testing.T, names, slots, goroutines int) *Region {
 	t.Helper()
-	words := make([]uint64, (RegionSize(names, slots, goroutines)+7)/8)
+	sh := RegionShape{Names: names, Slots: slots, Goroutines: goroutines, Records: childRecords}
+	words := make([]uint64, (RegionSize(sh)+7)/8)
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
-	r, err := InitRegion(buf, names, slots, goroutines)
+	r, err := InitRegion(buf, sh)
 	require.NoError(t, err)
 	for s := 0; s < slots; s++ {
 		r.ClaimSlot(s, s)
-		r.SetPID(s, 1000+s)
+		r.SetPID(s, os.Getpid()) // alive: a conflict with a dead process's record is not one
 	}
 	return r
 }
@@ -244,15 +246,36 @@ func TestCheckerHandoffAndReapWatch(t *testing.T) {
 	require.Zero(t, n, msgs)
 }
 
+// TestRegionViolationMessages: the counts are exact; the first messages of
+// each kind are kept (a flood of one kind does not hide another), up to
+// maxMessages, each cut to its slot.
 func TestRegionViolationMessages(t *testing.T) {
 	r := testRegion(t, 1, 1, 1)
 	for i := 0; i < maxMessages+5; i++ {
 		r.Violation(strings.Repeat("x", 300))
 	}
+	r.violation(kindExec, "later, of another kind")
 	n, msgs := r.Violations()
-	require.Equal(t, maxMessages+5, n)
-	require.Len(t, msgs, maxMessages)
+	require.Equal(t, maxMessages+6, n)
+	require.Len(t, msgs, perKindKept+1)
 	require.Len(t, msgs[0], messageSize-4)
+	require.Equal(t, "exec: later, of another kind", msgs[perKindKept])
+	for k := 0; k < numKinds; k++ {
+		for i := 0; i < maxMessages; i++ {
+			r.violation(k, "m")
+		}
+	}
+	_, msgs = r.Violations()
+	require.Len(t, msgs, maxMessages)
+	require.Equal(t, maxMessages+6+numKinds*maxMessages, r.kindCount(kindOther)+func() int {
+		s := 0
+		for k := 0; k < numKinds; k++ {
+			if k != kindOther {
+				s += r.kindCount(k)
+			}
+		}
+		return s
+	}())
 }
 
 func TestParseHold(t *testing.T) {
@@ -304,6 +327,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Chaos = -1 },
 		func(c *Config) { c.Worker = nil },
 		func(c *Config) { c.Ops = -3 },
+		func(c *Config) { c.Fairness = "bounded:0s" },
+		func(c *Config) { c.Fairness = "lifo" },
 	} {
 		c := good()
 		mut(&c)

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // Backends.
@@ -44,13 +46,22 @@ type Config struct {
 	Deadline    time.Duration // that deadline
 	Hold        Hold          // how long a granted lock is held
 	HandOver    bool          // shmlocks workers open with manager.OpenOptions.HandOver
+	Fairness    string        // the shmlocks table is created with this manager.Fairness ("fifo", "bounded:1ms"; "": fifo)
 
 	Target string // what a registered backend's workers open (RegisterBackend)
 
 	Seed  uint64  // 0: random (the report prints the one used)
 	Table string  // table file (default: fresh, in a temporary directory)
 	Keep  bool    // keep the temporary directory
-	Chaos float64 // SIGKILLs of a random worker per second (a replacement starts at once)
+	Chaos float64 // SIGKILLs per second, over every feature (a killed worker is replaced at once)
+
+	// Features are what the worker processes do, one per process position
+	// in turn (FeaturePlain, FeatureExec, ...; empty: FeaturePlain). Every
+	// feature but plain needs BackendShmlocks, and Procs must give each
+	// feature a process.
+	Features []string
+	// Exec is the argv of "shmlocks exec" (FeatureExec; its command is Worker).
+	Exec []string
 
 	Stuck       time.Duration // a waiter blocked this long on a free name is a violation (default 2s)
 	MaxGrantGap time.Duration // no grant anywhere for this long while the run is on is a violation (0: not checked)
@@ -132,6 +143,11 @@ func (c *Config) Validate() error {
 	if c.Deadline <= 0 {
 		return bad("--deadline %v must be positive", c.Deadline)
 	}
+	if c.Fairness != "" {
+		if _, err := manager.ParseFairness(c.Fairness); err != nil {
+			return bad("--fairness %q: want fifo or bounded:DURATION (e.g. bounded:1ms)", c.Fairness)
+		}
+	}
 	if !(c.Chaos >= 0) || math.IsInf(c.Chaos, 0) {
 		return bad("--chaos %v must be a non-negative rate", c.Chaos)
 	}
@@ -141,7 +157,39 @@ func (c *Config) Validate() error {
 	if len(c.Worker) == 0 {
 		return bad("no worker command")
 	}
+	for _, f := range c.Features {
+		if featureIndex(f) < 0 {
+			return bad("unknown feature %q", f)
+		}
+		if f != FeaturePlain && c.Backend != BackendShmlocks {
+			return bad("feature %s needs the shmlocks backend", f)
+		}
+		if f == FeatureExec && len(c.Exec) == 0 {
+			return bad("feature exec needs the shmlocks exec command (Config.Exec)")
+		}
+	}
+	if len(c.Features) > c.Procs {
+		return bad("--procs %d gives %d features no process each (at least %d)", c.Procs, len(c.Features), len(c.Features))
+	}
+	if c.Procs > maxPositions {
+		return bad("--procs %d above %d", c.Procs, maxPositions)
+	}
 	return nil
+}
+
+// recordsPerGoroutine is how many hold records a goroutine of the features
+// needs at once.
+func recordsPerGoroutine(features []string) int {
+	n := 1
+	for _, f := range features {
+		switch f {
+		case FeatureChild:
+			n = max(n, childRecords)
+		case FeatureAll:
+			n = max(n, allMax)
+		}
+	}
+	return n
 }
 
 // Hold is a distribution of hold times.

@@ -120,38 +120,54 @@ type FIFO struct {
 	Overtaken int64 `json:"overtaken"`
 }
 
+// FeatureReport is what the processes of one feature did and suffered.
+type FeatureReport struct {
+	Processes int            `json:"processes"`          // process positions
+	Requests  int64          `json:"requests"`           // operations made (a Request, an exec wrapper, a Coalesce call, an AcquireAll)
+	Grants    int64          `json:"grants"`             // operations that got their lock (exec: commands that checked in; coalesce: results and errors received)
+	Children  int64          `json:"children,omitempty"` // child: child grants (fanned-out and nested)
+	Stale     int64          `json:"stale,omitempty"`    // child: requests made with the ctx of an ended grant
+	Led       int64          `json:"led,omitempty"`      // coalesce: flights whose fn ran
+	Followed  int64          `json:"followed,omitempty"` // coalesce: results received from another caller's fn
+	Kills     int            `json:"kills"`
+	ExecKills map[string]int `json:"execKills,omitempty"` // exec: kills by target (wrapper, command, group)
+}
+
 // Report is the result of one run.
 type Report struct {
-	Backend           string                 `json:"backend"`
-	Seed              uint64                 `json:"seed"`
-	Table             string                 `json:"table"`
-	TableKept         bool                   `json:"tableKept"`
-	Procs             int                    `json:"procs"`
-	Goroutines        int                    `json:"goroutines"`
-	Names             int                    `json:"names"`
-	Hold              string                 `json:"hold"`
-	HandOver          bool                   `json:"handOver,omitempty"` // shmlocks opened with OpenOptions.HandOver
-	Seconds           float64                `json:"seconds"`
-	Ops               int64                  `json:"ops"` // requests that ended: the sum of Outcomes
-	OpsPerSec         float64                `json:"opsPerSec"`
-	Outcomes          Outcomes               `json:"outcomes"`
-	OutcomesPerSec    map[string]float64     `json:"outcomesPerSec"`
-	Grants            int64                  `json:"grants"` // every grant, those later stolen included
-	Steals            int64                  `json:"steals"` // grants obtained by stealing (a steal of a free lock takes nothing; one of a shared lock may take several)
-	ExclusiveGrants   int64                  `json:"exclusiveGrants"`
-	SharedGrants      int64                  `json:"sharedGrants"`
-	Violations        int                    `json:"violations"`
-	ViolationMessages []string               `json:"violationMessages"`
-	Errors            []string               `json:"errorMessages"`
-	Kills             int                    `json:"kills"`  // workers SIGKILLed by --chaos
-	ReapUs            Percentiles            `json:"reapUs"` // from the kill of a worker holding an exclusive lock to the name's next grant (count: kills so timed)
-	AcquireWaitUs     Percentiles            `json:"acquireWaitUs"`
-	AcquireWaitByMode map[string]Percentiles `json:"acquireWaitUsByMode"`
-	HandoffUs         Percentiles            `json:"handoffUs"`
-	HandoffByMode     map[string]Percentiles `json:"handoffUsByMode"`
-	Fairness          Fairness               `json:"fairness"`
-	FIFO              FIFO                   `json:"fifo"`
-	Notes             []string               `json:"notes"`
+	Backend           string                   `json:"backend"`
+	Seed              uint64                   `json:"seed"`
+	Table             string                   `json:"table"`
+	TableKept         bool                     `json:"tableKept"`
+	Procs             int                      `json:"procs"`
+	Goroutines        int                      `json:"goroutines"`
+	Names             int                      `json:"names"`
+	Hold              string                   `json:"hold"`
+	HandOver          bool                     `json:"handOver,omitempty"`      // shmlocks opened with OpenOptions.HandOver
+	TableFairness     string                   `json:"tableFairness,omitempty"` // the shmlocks table's manager.Fairness ("fifo", "bounded:1ms")
+	Seconds           float64                  `json:"seconds"`
+	Ops               int64                    `json:"ops"` // requests that ended: the sum of Outcomes
+	OpsPerSec         float64                  `json:"opsPerSec"`
+	Outcomes          Outcomes                 `json:"outcomes"`
+	OutcomesPerSec    map[string]float64       `json:"outcomesPerSec"`
+	Grants            int64                    `json:"grants"` // every grant, those later stolen included
+	Steals            int64                    `json:"steals"` // grants obtained by stealing (a steal of a free lock takes nothing; one of a shared lock may take several)
+	ExclusiveGrants   int64                    `json:"exclusiveGrants"`
+	SharedGrants      int64                    `json:"sharedGrants"`
+	Violations        int                      `json:"violations"`
+	ViolationMessages []string                 `json:"violationMessages"`
+	Errors            []string                 `json:"errorMessages"`
+	Kills             int                      `json:"kills"`                      // processes SIGKILLed by --chaos (workers, exec wrappers and commands)
+	Features          map[string]FeatureReport `json:"features,omitempty"`         // per feature (with Config.Features)
+	ViolationsByKind  map[string]int           `json:"violationsByKind,omitempty"` // per kind (with Config.Features)
+	ReapUs            Percentiles              `json:"reapUs"`                     // from the kill of a worker holding an exclusive lock to the name's next grant (count: kills so timed)
+	AcquireWaitUs     Percentiles              `json:"acquireWaitUs"`
+	AcquireWaitByMode map[string]Percentiles   `json:"acquireWaitUsByMode"`
+	HandoffUs         Percentiles              `json:"handoffUs"`
+	HandoffByMode     map[string]Percentiles   `json:"handoffUsByMode"`
+	Fairness          Fairness                 `json:"fairness"`
+	FIFO              FIFO                     `json:"fifo"`
+	Notes             []string                 `json:"notes"`
 }
 
 // OK reports whether the run found no violation.
@@ -165,7 +181,7 @@ those in progress in a worker when --chaos killed it, are not counted.
 away: a steal of a free lock takes nothing, one of a shared lock may take
 several holders. "reap" times, for each kill of a worker that held an
 exclusive lock, the kill to the next grant of its name; its count is the
-kills so timed, of all the workers killed.
+kills so timed, of all the processes killed.
 `
 
 // WriteText prints reports side by side, one column per backend.
@@ -178,6 +194,11 @@ func WriteText(w io.Writer, reps []*Report) error {
 	fmt.Fprintf(&b, "seed %d: %d procs x %d goroutines on %d names, hold %s", r0.Seed, r0.Procs, r0.Goroutines, r0.Names, r0.Hold)
 	if r0.HandOver {
 		b.WriteString(", shmlocks with HandOver")
+	}
+	for _, r := range reps {
+		if r.TableFairness != "" {
+			fmt.Fprintf(&b, ", shmlocks table %s", r.TableFairness)
+		}
 	}
 	b.WriteString("\n")
 	for _, r := range reps {
@@ -213,7 +234,7 @@ func WriteText(w io.Writer, reps []*Report) error {
 	row("  shared", func(r *Report) string { return i64(r.SharedGrants) })
 	row("  by stealing", func(r *Report) string { return i64(r.Steals) })
 	row("grants/s", func(r *Report) string { return f0(float64(r.Grants) / math.Max(r.Seconds, 1e-9)) })
-	row("workers killed (--chaos)", func(r *Report) string { return fmt.Sprint(r.Kills) })
+	row("processes killed (--chaos)", func(r *Report) string { return fmt.Sprint(r.Kills) })
 	row("fairness max/min", func(r *Report) string {
 		return fmt.Sprintf("%d/%d = %.2f", r.Fairness.Max, r.Fairness.Min, r.Fairness.Ratio)
 	})
@@ -235,6 +256,10 @@ func WriteText(w io.Writer, reps []*Report) error {
 			line += fmt.Sprintf("  %*s", widths[i+1], c)
 		}
 		b.WriteString(strings.TrimRight(line, " ") + "\n")
+	}
+
+	for _, r := range reps {
+		writeFeatures(&b, r, len(reps) > 1)
 	}
 
 	b.WriteString("\nlatency (µs)\n")
@@ -279,4 +304,47 @@ func WriteText(w io.Writer, reps []*Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeFeatures prints the per-feature table and the violations per kind
+// of a run with features.
+func writeFeatures(b *strings.Builder, r *Report, label bool) {
+	if len(r.Features) == 0 {
+		return
+	}
+	b.WriteString("\nfeatures")
+	if label {
+		b.WriteString(" [" + r.Backend + "]")
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tprocesses\trequests\tgrants\tkills\t\t")
+	for _, f := range AllFeatures {
+		fr, ok := r.Features[f]
+		if !ok {
+			continue
+		}
+		var more []string
+		switch f {
+		case FeatureExec:
+			more = append(more, fmt.Sprintf("commands run; kills: wrapper %d, command %d, group %d",
+				fr.ExecKills["wrapper"], fr.ExecKills["command"], fr.ExecKills["group"]))
+		case FeatureChild:
+			more = append(more, fmt.Sprintf("child grants %d, requests through an ended grant's ctx %d", fr.Children, fr.Stale))
+		case FeatureCoalesce:
+			more = append(more, fmt.Sprintf("flights led %d, results followed %d", fr.Led, fr.Followed))
+		case FeatureAll:
+			more = append(more, "sets of names")
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\t%s\n", f, fr.Processes, fr.Requests, fr.Grants, fr.Kills, strings.Join(more, "; "))
+	}
+	tw.Flush()
+	b.WriteString("violations by kind:")
+	for k := 0; k < numKinds; k++ {
+		fmt.Fprintf(b, " %s %d", kindNames[k], r.ViolationsByKind[kindNames[k]])
+		if k < numKinds-1 {
+			b.WriteString(",")
+		}
+	}
+	b.WriteString("\n")
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -24,7 +25,8 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 	cfg, r := s.cfg, s.r
 	rep := &Report{
 		Backend: cfg.Backend, Seed: cfg.Seed, Table: s.table, Procs: cfg.Procs, Goroutines: cfg.Goroutines, HandOver: cfg.HandOver && cfg.Backend == BackendShmlocks,
-		Names: cfg.Names, Hold: cfg.Hold.String(), Seconds: elapsed.Seconds(), Kills: s.kills,
+		TableFairness: s.fair,
+		Names:         cfg.Names, Hold: cfg.Hold.String(), Seconds: elapsed.Seconds(), Kills: int(r.kills()),
 		ViolationMessages: []string{}, Errors: []string{}, Notes: []string{},
 	}
 	sec := math.Max(elapsed.Seconds(), 1e-9)
@@ -79,6 +81,7 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 	}
 	rep.Fairness.Ratio = ratio(rep.Fairness.Max, rep.Fairness.Min)
 	rep.Fairness.Goroutine = newGoroutineFairness(perG)
+	s.featureReport(rep, all)
 
 	// Histograms from the workers' result files (a killed worker's file is
 	// its last periodic flush).
@@ -142,23 +145,24 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 	// between its fence check and its write may overwrite one increment, so
 	// the counter may fall short by up to kills + steals, never exceed.
 	var deficit, grants int64
-	for n := 0; n < cfg.Names; n++ {
+	for n := 0; n < 2*cfg.Names; n++ { // the lock names, then the Coalesce keys
 		count := uint32(loadU64(r.nu64(n, nmCounter)))
 		want := uint32(loadU64(r.nu64(n, nmGrantsX)) - loadU64(r.nu64(n, nmFenced)))
 		d := int64(int32(want - count))
 		grants += int64(loadU64(r.nu64(n, nmGrantsX)))
 		if d < 0 {
-			r.Violation(fmt.Sprintf("counter of %s is %d, above its %d unfenced exclusive sections", nameOf(n), count, want))
+			r.violation(kindCounter, fmt.Sprintf("counter of %s is %d, above its %d unfenced exclusive sections", r.label(n), count, want))
 		}
 		if d > 0 {
 			deficit += d
 		}
 	}
-	if tol := int64(s.kills) + rep.Steals; deficit > tol {
-		r.Violation(fmt.Sprintf("lost updates: the exclusive-section counters fall %d short of %d exclusive grants (tolerance %d = kills + steals)",
+	// A worker that died on its own (a violation of its own) counts as a kill.
+	if tol := int64(rep.Kills+s.failed) + rep.Steals; deficit > tol {
+		r.violation(kindCounter, fmt.Sprintf("lost updates: the exclusive-section counters fall %d short of %d exclusive grants (tolerance %d = kills + failed workers + steals)",
 			deficit, grants, tol))
 	} else if deficit > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("counters fall %d short (within the tolerance of %d kills + %d steals)", deficit, s.kills, rep.Steals))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("counters fall %d short (within the tolerance of %d kills + %d failed workers + %d steals)", deficit, rep.Kills, s.failed, rep.Steals))
 	}
 
 	// The table (or the lock files) must be consistent and empty.
@@ -167,22 +171,27 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 		s.checkTable(rep)
 	case BackendFlock:
 		if err := flockFree(s.lockDir, cfg.Names); err != nil {
-			r.Violation(err.Error())
+			r.violation(kindTable, err.Error())
 		}
 	default:
 		if p, ok := plugin(cfg.Backend); ok && p.Empty != nil {
 			if err := p.Empty(cfg.Target); err != nil {
-				r.Violation(fmt.Sprintf("%s after the run: %v", cfg.Backend, err))
+				r.violation(kindTable, fmt.Sprintf("%s after the run: %v", cfg.Backend, err))
 			}
 		}
 	}
 	for _, f := range s.failures {
-		r.Violation(f)
+		r.violation(kindFailure, f)
 	}
-	if rep.Outcomes.Errors > 0 {
-		r.Violation(fmt.Sprintf("%d requests failed with unexpected errors: %s", rep.Outcomes.Errors, strings.Join(rep.Errors, "; ")))
-	}
+	// A request that failed with an unexpected error was reported as a
+	// violation by its worker when it happened (gstats.addErr).
 	rep.Violations, rep.ViolationMessages = r.Violations()
+	if len(cfg.Features) > 0 {
+		rep.ViolationsByKind = map[string]int{}
+		for k := 0; k < numKinds; k++ {
+			rep.ViolationsByKind[kindNames[k]] = r.kindCount(k)
+		}
+	}
 	if rep.ViolationMessages == nil {
 		rep.ViolationMessages = []string{}
 	}
@@ -195,18 +204,23 @@ func (s *supervisor) checkTable(rep *Report) {
 	r := s.r
 	m, err := manager.Open(s.table, nil)
 	if err != nil {
-		r.Violation("final check: " + err.Error())
+		r.violation(kindTable, "final check: "+err.Error())
 		return
 	}
 	defer m.Close()
 	if err := m.Check(); err != nil {
-		r.Violation("table consistency check: " + err.Error())
+		r.violation(kindTable, "table consistency check: "+err.Error())
+	}
+	if slices.Contains(s.cfg.Features, FeatureCoalesce) {
+		if err := coalesceCheck(m); err != nil {
+			r.violation(kindTable, "Coalesce outcome store: "+err.Error())
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	snap, err := m.Query(ctx)
 	if err != nil {
-		r.Violation("final query: " + err.Error())
+		r.violation(kindTable, "final query: "+err.Error())
 		return
 	}
 	left := append(snap.Held, snap.Pending...)
@@ -222,5 +236,53 @@ func (s *supervisor) checkTable(rep *Report) {
 		}
 		fmt.Fprintf(&b, " %s %s pid %d;", li.Name, li.Mode, li.PID)
 	}
-	r.Violation(fmt.Sprintf("%d requests left in the table after every worker exited (dead workers must have been reaped):%s", len(left), b.String()))
+	r.violation(kindTable, fmt.Sprintf("%d requests left in the table after every worker exited (dead workers must have been reaped):%s", len(left), b.String()))
+}
+
+// featureReport fills the per-feature part of the report.
+func (s *supervisor) featureReport(rep *Report, all []*worker) {
+	cfg, r := s.cfg, s.r
+	if len(cfg.Features) == 0 {
+		return
+	}
+	rep.Features = map[string]FeatureReport{}
+	for p := 0; p < cfg.Procs; p++ {
+		f := s.role(p)
+		fr := rep.Features[f]
+		fr.Processes++
+		rep.Features[f] = fr
+	}
+	for _, w := range all {
+		f := s.role(w.pos)
+		fr := rep.Features[f]
+		st := func(field int) int64 { return int64(r.stat(w.slot, field)) }
+		fr.Requests += st(slOps)
+		switch f {
+		case FeaturePlain:
+			fr.Grants += st(slGranted)
+		case FeatureExec:
+			fr.Grants += st(slExecRuns)
+		case FeatureChild:
+			fr.Grants += st(slGranted)
+			fr.Children += st(slChild)
+			fr.Stale += st(slStale)
+		case FeatureCoalesce:
+			fr.Grants += st(slGranted)
+			fr.Led += st(slLed)
+			fr.Followed += st(slFollowed)
+		case FeatureAll:
+			fr.Grants += st(slSets)
+		}
+		rep.Features[f] = fr
+	}
+	for f, fr := range rep.Features {
+		fr.Kills = r.featureKills(featureIndex(f))
+		if f == FeatureExec {
+			fr.ExecKills = map[string]int{}
+			for t := execKillWrapper; t <= execKillGroup; t++ {
+				fr.ExecKills[execKillNames[t]] = r.execKills(t)
+			}
+		}
+		rep.Features[f] = fr
+	}
 }

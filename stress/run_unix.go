@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,6 +47,7 @@ type supervisor struct {
 	dir     string // temporary directory: result files (and the default table)
 	lockDir string
 	start   time.Time
+	fair    string // the shmlocks table's fairness (Manager.Fairness), for the report
 
 	mu        sync.Mutex
 	nextSlot  int
@@ -53,8 +55,8 @@ type supervisor struct {
 	all       []*worker
 	posDone   []bool
 	posFailed []string
-	kills     int
 	noSlots   bool
+	failed    int // workers that died on their own
 	reap      *hdrhistogram.Histogram
 	stuckSeen map[[3]uint64]bool
 	failures  []string
@@ -121,12 +123,14 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 			extra = 4096
 		}
 	}
-	stride := slotHdr + cfg.Goroutines*recSize
-	if limit := (maxRegionBytes-hdrSize-cfg.Names*nameSize)/stride - cfg.Procs; extra > limit {
+	perG := recordsPerGoroutine(cfg.Features)
+	stride := slotHdr + cfg.Goroutines*perG*recSize
+	if limit := (maxRegionBytes-hdrSize-2*cfg.Names*nameSize)/stride - cfg.Procs; extra > limit {
 		extra = max(limit, 0)
 	}
 	slots := cfg.Procs + extra
-	mp, err := createRegionFile(s.region, RegionSize(cfg.Names, slots, cfg.Goroutines))
+	shape := RegionShape{Names: cfg.Names, Slots: slots, Goroutines: cfg.Goroutines, Records: perG, Positions: cfg.Procs}
+	mp, err := createRegionFile(s.region, RegionSize(shape))
 	if err != nil {
 		os.RemoveAll(dir)
 		if errors.Is(err, os.ErrExist) {
@@ -135,21 +139,41 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 		return nil, err
 	}
 	defer mp.close()
-	if s.r, err = InitRegion(mp.buf, cfg.Names, slots, cfg.Goroutines); err != nil {
+	if s.r, err = InitRegion(mp.buf, shape); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	coalesceDir := ""
 	if cfg.Backend == BackendShmlocks {
-		m, err := manager.Open(s.table, nil) // create it once, with the defaults
+		// Create it once, with the defaults and the fairness asked for (an
+		// existing --table keeps its own: the report says which).
+		o := &manager.OpenOptions{}
+		if cfg.Fairness != "" {
+			if o.Fairness, err = manager.ParseFairness(cfg.Fairness); err != nil {
+				os.RemoveAll(dir)
+				os.Remove(s.region)
+				return nil, err
+			}
+		}
+		m, err := manager.Open(s.table, o)
 		if err != nil {
 			os.RemoveAll(dir)
 			os.Remove(s.region)
 			return nil, err
 		}
+		s.fair = m.Fairness().String()
 		m.Close()
+		if d := coalesceStore(s.table); slices.Contains(cfg.Features, FeatureCoalesce) {
+			if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+				coalesceDir = d // the run's own: removed with the run's files
+			}
+		}
 	}
 
 	rep := s.run()
+	if coalesceDir != "" && !(cfg.Keep || rep.Violations > 0) {
+		os.RemoveAll(coalesceDir)
+	}
 
 	// Keep everything when something went wrong (or when asked). A table
 	// given with --table is never removed (its check file is).
@@ -164,15 +188,24 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 	return rep, nil
 }
 
-func (s *supervisor) workerConfig(slot, ops int) workerConfig {
+func (s *supervisor) workerConfig(slot, pos, ops int) workerConfig {
 	c := s.cfg
 	return workerConfig{
 		Backend: c.Backend, Target: c.Target, Table: s.table, Region: s.region, LockDir: s.lockDir,
 		Slot: slot, Goroutines: c.Goroutines, Names: c.Names, Ops: ops,
 		Shared: c.Shared, IfAvailable: c.IfAvailable, Steal: c.Steal, Timeout: c.Timeout,
 		Deadline: c.Deadline, Hold: c.Hold.String(), Seed: c.Seed, HandOver: c.HandOver,
-		Result: s.resultFile(slot),
+		Result: s.resultFile(slot), Role: s.role(pos), Stuck: c.Stuck,
+		Exec: c.Exec, Worker: c.Worker,
 	}
+}
+
+// role is the feature of the workers at position pos.
+func (s *supervisor) role(pos int) string {
+	if len(s.cfg.Features) == 0 {
+		return FeaturePlain
+	}
+	return s.cfg.Features[pos%len(s.cfg.Features)]
 }
 
 func (s *supervisor) resultFile(slot int) string {
@@ -188,7 +221,8 @@ func (s *supervisor) spawn(pos, ops int) error {
 	slot := s.nextSlot
 	s.nextSlot++
 	s.r.ClaimSlot(slot, pos)
-	wc, _ := json.Marshal(s.workerConfig(slot, ops))
+	s.r.setRole(slot, featureIndex(s.role(pos)))
+	wc, _ := json.Marshal(s.workerConfig(slot, pos, ops))
 	w := &worker{slot: slot, pos: pos, done: make(chan struct{})}
 	w.cmd = exec.Command(s.cfg.Worker[0], s.cfg.Worker[1:]...)
 	w.cmd.Env = append(os.Environ(), WorkerEnv+"="+string(wc))
@@ -217,7 +251,15 @@ func (s *supervisor) await(w *worker) {
 		s.r.setSlotState(w.slot, slotExited)
 	} else {
 		s.r.setSlotState(w.slot, slotFailed)
-		s.failures = append(s.failures, fmt.Sprintf("worker pid %d (process %d) failed: %v", w.cmd.Process.Pid, w.pos, err))
+		s.failed++
+		s.failures = append(s.failures, fmt.Sprintf("worker pid %d (process %d, %s) failed: %v", w.cmd.Process.Pid, w.pos, s.role(w.pos), err))
+		// A run for a duration goes on without it: a replacement takes its
+		// position (the failure is a violation all the same).
+		if s.current[w.pos] == w && s.cfg.Ops == 0 && !s.r.Stopped() && s.nextSlot < s.r.Slots() {
+			if serr := s.spawn(w.pos, 0); serr == nil {
+				return
+			}
+		}
 	}
 	if s.current[w.pos] == w {
 		s.posDone[w.pos] = true
@@ -250,7 +292,7 @@ func (s *supervisor) run() *Report {
 	}
 	s.mu.Unlock()
 	if spawnErr != nil {
-		s.r.Violation("could not start the workers: " + spawnErr.Error())
+		s.r.violation(kindFailure, "could not start the workers: "+spawnErr.Error())
 		s.r.Stop()
 		s.mu.Lock()
 		for p, w := range s.current {
@@ -294,7 +336,7 @@ func (s *supervisor) run() *Report {
 		select {
 		case <-s.allDone:
 		case <-time.After(cfg.Grace):
-			s.r.Violation(fmt.Sprintf("workers did not stop within %v of the end of the run (a request never returned?)", cfg.Grace))
+			s.r.violation(kindStuck, fmt.Sprintf("workers did not stop within %v of the end of the run (a request never returned?)", cfg.Grace))
 			s.mu.Lock()
 			for _, w := range s.current {
 				if w != nil && !isDone(w) {

@@ -16,6 +16,9 @@ import (
 
 // TestMain doubles as the worker: Run re-executes this test binary.
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == fakeExecArg {
+		os.Exit(fakeExec(os.Args[2:]))
+	}
 	if IsWorker() {
 		os.Exit(WorkerMain(os.Stdout, os.Stderr))
 	}
@@ -36,24 +39,30 @@ func runConfig(t *testing.T, backend string) Config {
 
 // TestRunShmlocks: a short run under kills, with the workers' Managers
 // opened with the defaults and with HandOver (a release yields the P to
-// the sibling it granted): no violation, and the report says which.
+// the sibling it granted), and on a table of bounded fairness: no
+// violation, and the report says which.
 func TestRunShmlocks(t *testing.T) {
 	for _, handOver := range []bool{false, true} {
-		t.Run(fmt.Sprintf("handover=%v", handOver), func(t *testing.T) { runShmlocks(t, handOver) })
+		t.Run(fmt.Sprintf("handover=%v", handOver), func(t *testing.T) { runShmlocks(t, handOver, "") })
 	}
+	t.Run("bounded", func(t *testing.T) { runShmlocks(t, false, "bounded:1ms") })
 }
 
-func runShmlocks(t *testing.T, handOver bool) {
+func runShmlocks(t *testing.T, handOver bool, fairness string) {
 	var stderr bytes.Buffer
 	cfg := runConfig(t, BackendShmlocks)
-	cfg.Chaos, cfg.HandOver = 10, handOver
-	if handOver {
+	cfg.Chaos, cfg.HandOver, cfg.Fairness = 10, handOver, fairness
+	if handOver || fairness != "" {
 		cfg.Goroutines = 6
 	}
 	rep, err := Run(cfg, &stderr)
 	require.NoError(t, err, stderr.String())
 	require.Zero(t, rep.Violations, "%v\n%s", rep.ViolationMessages, stderr.String())
 	require.Equal(t, handOver, rep.HandOver)
+	if fairness == "" {
+		fairness = "fifo"
+	}
+	require.Equal(t, fairness, rep.TableFairness)
 	require.Positive(t, rep.Ops)
 	require.Positive(t, rep.Outcomes.Granted)
 	require.Positive(t, rep.Kills)

@@ -27,3 +27,9 @@ func WorkerMain(stdout, stderr io.Writer) int {
 	fmt.Fprintln(stderr, ErrNotSupported)
 	return 1
 }
+
+// processAlive: the checks that use it do not run on this OS.
+func processAlive(pid int, start uint64) bool { return pid > 0 }
+
+// processStart is 0 (unknown) on this OS.
+func processStart(pid int) uint64 { return 0 }

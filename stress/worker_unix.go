@@ -38,7 +38,12 @@ type workerConfig struct {
 	Hold        string        `json:"hold"`
 	HandOver    bool          `json:"handOver,omitempty"`
 	Seed        uint64        `json:"seed"`
-	Result      string        `json:"result"` // file for the workerResult, rewritten every resultEvery
+	Result      string        `json:"result"`         // file for the workerResult, rewritten every resultEvery
+	Role        string        `json:"role,omitempty"` // a feature (FeaturePlain when empty)
+	Stuck       time.Duration `json:"stuck,omitempty"`
+	Exec        []string      `json:"exec,omitempty"`    // argv of "shmlocks exec" (FeatureExec)
+	Worker      []string      `json:"worker,omitempty"`  // argv of this binary's worker (an exec command runs it)
+	Command     *execCommand  `json:"command,omitempty"` // set: this process is an exec command, not a worker
 }
 
 // resultEvery: how often a worker rewrites its result file, so that a
@@ -76,6 +81,9 @@ func WorkerMain(stdout, stderr io.Writer) int {
 	if err := json.Unmarshal([]byte(os.Getenv(WorkerEnv)), &wc); err != nil {
 		return fail("bad %s: %v", WorkerEnv, err)
 	}
+	if wc.Command != nil {
+		return execCommandMain(&wc, stderr)
+	}
 	switch f := os.Getenv(FaultEnv); f {
 	case "":
 	case "break-exclusion":
@@ -101,14 +109,16 @@ func WorkerMain(stdout, stderr io.Writer) int {
 	}
 	var be backend
 	c := NewChecker(r, wc.Slot, os.Getpid(), mono)
-	switch wc.Backend {
-	case BackendShmlocks:
+	switch {
+	case wc.Role == FeatureExec: // no lock of its own: its wrappers and commands
+		be = nopBackend{}
+	case wc.Backend == BackendShmlocks:
 		sb, err := newShmBackend(wc.Table, wc.HandOver)
 		if err != nil {
 			return fail("%v", err)
 		}
 		be = sb
-	case BackendFlock:
+	case wc.Backend == BackendFlock:
 		be = newFlockBackend(wc.LockDir, wc.Goroutines, wc.Names)
 		c.Tokens = false
 	default:
@@ -139,12 +149,32 @@ func WorkerMain(stdout, stderr io.Writer) int {
 	r.markStarted(wc.Slot)
 	stats := make([]*gstats, wc.Goroutines)
 	var wg sync.WaitGroup
+	run := runGoroutine
+	switch wc.Role {
+	case FeaturePlain, "":
+	case FeatureExec:
+		run = runExec
+	case FeatureChild:
+		run = runChild
+	case FeatureCoalesce:
+		run = runCoalesce
+	case FeatureAll:
+		run = runAll
+	default:
+		return fail("unknown role %q", wc.Role)
+	}
+	if wc.Role != FeaturePlain && wc.Role != "" && wc.Role != FeatureExec {
+		if _, ok := be.(*shmBackend); !ok {
+			return fail("feature %s needs the shmlocks backend", wc.Role)
+		}
+	}
 	for g := 0; g < wc.Goroutines; g++ {
 		stats[g] = newGStats()
+		stats[g].fail = func(msg string) { r.violation(kindFailure, fmt.Sprintf("pid %d: %s", os.Getpid(), msg)) }
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
-			runGoroutine(ctx, &wc, hold, r, c, be, g, stats[g])
+			run(ctx, &wc, hold, r, c, be, g, stats[g])
 		}(g)
 	}
 	flushed := make(chan struct{})
@@ -180,6 +210,7 @@ type gstats struct {
 	mu   sync.Mutex
 	hist map[string]*hdrhistogram.Histogram
 	errs []string
+	fail func(msg string) // reports an unexpected error as a violation at once
 }
 
 func newGStats() *gstats {
@@ -195,7 +226,13 @@ func (s *gstats) record(name string, ns int64) {
 	s.mu.Unlock()
 }
 
+// addErr records a request's unexpected error: a violation in the region
+// at once (so that a worker killed later loses nothing of it), and among
+// the messages of its result file.
 func (s *gstats) addErr(msg string) {
+	if s.fail != nil {
+		s.fail(msg)
+	}
 	s.mu.Lock()
 	if len(s.errs) < 4 {
 		s.errs = append(s.errs, msg)

@@ -17,12 +17,13 @@ import (
 //     distinct tokens no larger than the entry's token counter;
 //   - each queue is acyclic, doubly linked, of length nWait, ends at qTail, is
 //     made of WAITING slots of that entry in strictly increasing sequence order,
-//     and its head is not grantable (it would have been granted);
+//     and its head is not grantable (it would have been granted; a bounded
+//     table may leave a free name to its head for a moment: fairness.go);
 //   - every WAITING, HELD or WATCHING slot is in exactly one list; every used slot
 //     belongs to an agent record that is in use; state values are valid;
 //   - every free entry is latched; a live entry's fast word is latched, idle
-//     or held, with empty lists and a counter ≥ its token's low word when
-//     not latched; a fast holder is an agent in use that marked the entry's
+//     or held, with empty lists (a bounded table: an empty held list) and a
+//     counter ≥ its token's low word when not latched; a fast holder is an agent in use that marked the entry's
 //     range (checked when quiescent: see orphan); a reserved slot is only
 //     ever in its own entry's held list, never queued;
 //   - each watch list is acyclic, doubly linked, made of WATCHING request
@@ -284,7 +285,9 @@ func (t *Table) checkEntry(c *checker, e uint32, inList []bool, quiescent bool) 
 		if count > 0 && int32(seq-lastSeq) <= 0 {
 			c.fail("entry %d: queue out of order: seq %d after %d", e, seq, lastSeq)
 		}
-		if count == 0 && compatible(t, eo, atomic.LoadUint32(t.u32(so+slMode))) {
+		// A bounded table leaves a free name to its head, which takes it
+		// itself (passOn, TakeTurn): there a compatible head may wait.
+		if count == 0 && t.l.bound == 0 && compatible(t, eo, atomic.LoadUint32(t.u32(so+slMode))) {
 			c.fail("entry %d: queue head slot %d is grantable but waits", e, s)
 		}
 		lastSeq = seq
@@ -361,7 +364,9 @@ func (t *Table) checkFast(c *checker, e uint32, quiescent bool) {
 		c.fail("entry %d: invalid fast word %#x", e, fw)
 		return
 	}
-	if !t.listsEmpty(eo) || atomic.LoadUint32(t.u32(eo+enNWait)) != 0 {
+	// A bounded table hands an entry with a queue to the fast path while
+	// its head was left the name (fairness.go): only its held list is empty.
+	if !t.heldEmpty(eo) || t.l.bound == 0 && (!t.listsEmpty(eo) || atomic.LoadUint32(t.u32(eo+enNWait)) != 0) {
 		c.fail("entry %d: fast word %#x but its lists are not empty (nHeld %d, qHead %d)", e, fw,
 			atomic.LoadUint32(t.u32(eo+enNHeld)), atomic.LoadUint32(t.u32(eo+enQHead)))
 	}

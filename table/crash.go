@@ -35,6 +35,9 @@ var CrashPoints = []string{
 	"watch.linked",        // watching slot linked, latch still held
 	"unwatch.unlinked",    // watching slot unlinked from the watch list, not yet freed
 	"tag.partial",         // some holds of a long wait tagged with its task, the rest not yet
+	"passon.leftfree",     // bounded: a release left the name free to the head, whose mark it cleared, not yet rung (latch held)
+	"turn.taken",          // bounded: the head took the name left to it, latch still held
+	"barge.granted",       // bounded: a new request took a free name ahead of its queue, latch still held
 }
 
 // crash marks a crash point (the hook is set by tests through

@@ -42,7 +42,10 @@
 //	48..79 8×4  region offsets creator, once         Open           no     as derived
 //	80     8    nonce          creator, once         all            no     random; names the doorbells
 //	88     8    created        creator, once         dump           no     unix ns
-//	96     4    checksum       creator, once         Open           no     CRC-32C of [0, 96)
+//	96     4    fairness       creator, once         all            no     0 FIFO, 1 bounded (fairness.go)
+//	100    4    fairness spare creator, once         Open           no     0
+//	104    8    fairness bound creator, once         all            no     ns: 0 with FIFO, 1..MaxFairnessBound with bounded
+//	112    4    checksum       creator, once         Open           no     CRC-32C of [0, 112)
 //	128    16   boot id        Open (stale boot)     Open, dump     yes    kernel boot id at last reset
 //	144    12   hints          (reserved)            -              -      -
 //	168    8    reaps          reapers               dump           yes    statistics
@@ -131,6 +134,13 @@
 // links and then its word, back to back (the waiter spins on that cache
 // line), and mends the queue and the counts after the word, under the same
 // latch: for a moment the HELD slot is still the queue's head.
+//
+// On a table of bounded fairness (fairness.go) a release may leave a free
+// name to the head of its queue instead of granting it, and hand the entry,
+// queue and all, to the fast path: new requests may then take the name
+// ahead of the queue (until its head has waited the bound) and the head
+// takes it itself (TakeTurn). Queued requests are still granted only from
+// the head, in order.
 //
 // WAITING and HELD slots change only under their bucket's latch; CLAIMED and
 // STOLEN slots are in no list and only their owner (or its reaper) frees

@@ -62,6 +62,13 @@ func (t *Table) entryEmpty(eo uint64) bool {
 	return !held
 }
 
+// heldEmpty: the entry's held list is empty (a fast holder aside). The
+// queue may not be: a bounded table hands an entry whose head was left the
+// name to the fast path (fairness.go).
+func (t *Table) heldEmpty(eo uint64) bool {
+	return t.ld32(eo+enNHeld) == 0 && t.ld32(eo+enHHead) == 0
+}
+
 // listsEmpty: the entry's held list and queue are empty.
 func (t *Table) listsEmpty(eo uint64) bool {
 	return t.ld32(eo+enNHeld) == 0 && t.ld32(eo+enQHead) == 0

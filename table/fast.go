@@ -117,6 +117,9 @@ func (t *Table) fastAcquire(a *Agent, b uint32, name string, h uint64, w *Wakes)
 			if ctr == lo32 {
 				return Ref{}, 0, fastMiss // the counter carries: the latch path does it
 			}
+			if t.l.bound != 0 && !t.fastMayBarge(eo) {
+				return Ref{}, 0, fastMiss // a bounded table's starved head: the latch path serves it (fairness.go)
+			}
 			// Mark the entry's range before taking it, so a reaper of ours
 			// finds the hold (no atomic once the range is marked).
 			if bit := uint64(1) << t.entryRange(e); atomic.LoadUint64(a.entryMask)&bit == 0 {
@@ -297,7 +300,7 @@ func (t *Table) inflate(e uint32, v uint64, link bool) {
 	so := t.slotOff(s)
 	sp := t.u64(so + slWord)
 	want := slotWord(ctr, ag, SlotHeld)
-	if ag < uint32(t.l.MaxAgents) && (!link || t.listsEmpty(eo) || atomic.LoadUint64(sp) == want) {
+	if ag < uint32(t.l.MaxAgents) && (!link || t.heldEmpty(eo) || atomic.LoadUint64(sp) == want) {
 		// The holder's reapers must find the slot: mark its range first.
 		am := t.u64(t.agentOff(ag) + agSlotMask)
 		if bit := uint64(1) << slotRange(s, t.l.slots); atomic.LoadUint64(am)&bit == 0 {
@@ -309,7 +312,7 @@ func (t *Table) inflate(e uint32, v uint64, link bool) {
 		t.st64(so+slToken, t.ld64(eo+enToken))
 		t.st64(so+slGrant, uint64(t.fastSince(eo, ctr)))
 		t.st64(so+slEnqueue, 0)
-		if link && t.listsEmpty(eo) {
+		if link && t.heldEmpty(eo) {
 			t.st32(so+slPrev, 0)
 			t.st32(so+slNext, 0)
 			t.st32(eo+enHHead, s+1)

@@ -15,7 +15,7 @@ import (
 // sync/atomic works on them also under GOARCH=386 (the mapping is page aligned).
 const (
 	Magic         = "SHMLOCK1"
-	FormatVersion = 7 // 7: an agent's co-owner process group (agent offset 72) and a fast holder's grant stamp (entry offset 72; 80-byte entry header); 6: a waiting request's park mark (slot offset 56); 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
+	FormatVersion = 7 // 7: an agent's co-owner process group (agent offset 72), a fast holder's grant stamp (entry offset 72; 80-byte entry header), the table's fairness in the header (offsets 96-111; checksum at 112 over [0, 112)); 6: a waiting request's park mark (slot offset 56); 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
 
 	HeaderSize = 256 // bytes; region 0
 	BucketSize = 16  // bytes per bucket
@@ -50,7 +50,10 @@ const (
 	hdrAgentsOff    = 72  // uint64
 	hdrNonce        = 80  // uint64, random, names this table (doorbells)
 	hdrCreated      = 88  // int64, unix nanoseconds
-	hdrChecksum     = 96  // uint32, CRC-32C of bytes [0, 96)
+	hdrFairness     = 96  // uint32, fairFIFO or fairBounded (fairness.go)
+	hdrFairSpare    = 100 // uint32, 0
+	hdrFairBound    = 104 // int64, ns: the bound of fairBounded (0 with fairFIFO)
+	hdrChecksum     = 112 // uint32, CRC-32C of bytes [0, 112)
 	hdrBootID       = 128 // [2]uint64, boot id of the kernel that last reset the agents
 	hdrEntryHint    = 144 // uint32, reserved (0): allocation hints live per agent, in process memory
 	hdrSlotHint     = 148 // uint32, reserved (0)
@@ -181,6 +184,7 @@ type layout struct {
 	slotsOff    uint64
 	agentsOff   uint64
 	size        uint64
+	bound       int64 // the fairness bound, ns (0: FIFO); fairness.go
 }
 
 func (g Geometry) validate() error {
@@ -237,6 +241,10 @@ func (l layout) writeHeader(b []byte, nonce uint64, created int64) {
 	ne.PutUint64(b[hdrAgentsOff:], l.agentsOff)
 	ne.PutUint64(b[hdrNonce:], nonce)
 	ne.PutUint64(b[hdrCreated:], uint64(created))
+	if l.bound > 0 {
+		ne.PutUint32(b[hdrFairness:], fairBounded)
+		ne.PutUint64(b[hdrFairBound:], uint64(l.bound))
+	}
 	ne.PutUint32(b[hdrChecksum:], headerChecksum(b))
 }
 
@@ -296,6 +304,11 @@ func parseHeader(b []byte) (layout, error) {
 			return l, corruptf(f.name, f.got, "geometry implies %d", f.want)
 		}
 	}
+	bound, err := parseFairness(ne.Uint32(b[hdrFairness:]), ne.Uint32(b[hdrFairSpare:]), ne.Uint64(b[hdrFairBound:]))
+	if err != nil {
+		return l, err
+	}
+	l.bound = bound
 	return l, nil
 }
 

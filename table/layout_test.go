@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
@@ -29,6 +30,8 @@ func TestLayoutOffsets(t *testing.T) {
 		{"hdrBucketsOff", hdrBucketsOff, 8, HeaderSize}, {"hdrEntriesOff", hdrEntriesOff, 8, HeaderSize},
 		{"hdrSlotsOff", hdrSlotsOff, 8, HeaderSize}, {"hdrAgentsOff", hdrAgentsOff, 8, HeaderSize},
 		{"hdrNonce", hdrNonce, 8, HeaderSize}, {"hdrCreated", hdrCreated, 8, HeaderSize},
+		{"hdrFairness", hdrFairness, 4, HeaderSize}, {"hdrFairSpare", hdrFairSpare, 4, HeaderSize},
+		{"hdrFairBound", hdrFairBound, 8, HeaderSize},
 		{"hdrChecksum", hdrChecksum, 4, HeaderSize}, {"hdrBootID", hdrBootID, 8, HeaderSize},
 		{"hdrBootID+8", hdrBootID + 8, 8, HeaderSize}, {"hdrEntryHint", hdrEntryHint, 4, HeaderSize},
 		{"hdrSlotHint", hdrSlotHint, 4, HeaderSize}, {"hdrAgentHint", hdrAgentHint, 4, HeaderSize},
@@ -54,7 +57,8 @@ func TestLayoutOffsets(t *testing.T) {
 		require.Zero(t, f.off%f.size, "%s at %d is not aligned to %d", f.name, f.off, f.size)
 		require.LessOrEqual(t, f.off+f.size, f.end, "%s overflows its record", f.name)
 	}
-	require.Equal(t, uintptr(96), uintptr(hdrChecksum), "the checksum covers [0, 96)")
+	require.Equal(t, uintptr(112), uintptr(hdrChecksum), "the checksum covers [0, 112)")
+	require.Equal(t, uintptr(hdrChecksum), uintptr(hdrFairBound+8), "the fairness fields are covered by the checksum")
 	require.Equal(t, uintptr(enName), uintptr(entryFixed))
 
 	// Derived regions of a few geometries: 8-byte aligned strides and offsets.
@@ -108,6 +112,22 @@ func TestHeaderValidationLadder(t *testing.T) {
 		{"offset", "slots offset", func(b []byte) { ne.PutUint64(b[hdrSlotsOff:], 12); resum(b) }},
 		{"recorded size", "recorded file size", func(b []byte) { ne.PutUint64(b[hdrFileSize:], 1<<40); resum(b) }},
 		{"header size", "header size", func(b []byte) { ne.PutUint32(b[hdrHeaderSize:], 8); resum(b) }},
+		// The fairness fields (fairness.go), checksummed but validated as
+		// untrusted all the same.
+		{"fairness kind", "fairness = 7", func(b []byte) { ne.PutUint32(b[hdrFairness:], 7); resum(b) }},
+		{"fairness spare", "fairness spare", func(b []byte) { ne.PutUint32(b[hdrFairSpare:], 1); resum(b) }},
+		{"FIFO with a bound", "fairness bound", func(b []byte) { ne.PutUint64(b[hdrFairBound:], 5); resum(b) }},
+		{"bounded without a bound", "fairness bound = 0", func(b []byte) { ne.PutUint32(b[hdrFairness:], fairBounded); resum(b) }},
+		{"bound too long", "fairness bound", func(b []byte) {
+			ne.PutUint32(b[hdrFairness:], fairBounded)
+			ne.PutUint64(b[hdrFairBound:], uint64(MaxFairnessBound)+1)
+			resum(b)
+		}},
+		{"bound negative", "fairness bound", func(b []byte) {
+			ne.PutUint32(b[hdrFairness:], fairBounded)
+			ne.PutUint64(b[hdrFairBound:], 1<<63)
+			resum(b)
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -180,6 +200,12 @@ func FuzzHeader(f *testing.F) {
 	f.Add(b)
 	f.Add(b[:HeaderSize])
 	f.Add([]byte{})
+	bounded := filepath.Join(dir, "bounded.tbl")
+	tb, _, err = OpenFair(bounded, Geometry{MaxResources: 2, MaxRequests: 4, MaxAgents: 2, MaxNameLen: 8}, 0, time.Millisecond)
+	require.NoError(f, err)
+	tb.Close()
+	b, _ = os.ReadFile(bounded)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p := filepath.Join(t.TempDir(), "f.tbl")
 		if err := os.WriteFile(p, data, 0o600); err != nil {
@@ -251,7 +277,7 @@ func TestEntryRanges(t *testing.T) {
 // with a new FormatVersion (and new values here). make test also runs this
 // under GOARCH=386: the values do not depend on the machine's word size.
 func TestHashIsPartOfTheFormat(t *testing.T) {
-	require.Equal(t, uint32(7), uint32(FormatVersion), "these values are those of formats 3 to 7 (4 changed the fast path, 5 and 7 the entry header, 6 the slot's park mark and 7 the agent's co-owner, not the hash)")
+	require.Equal(t, uint32(7), uint32(FormatVersion), "these values are those of formats 3 to 7 (4 changed the fast path, 5 and 7 the entry header, 6 the slot's park mark, 7 the agent's co-owner and the header's fairness, not the hash)")
 	for _, c := range []struct {
 		name string
 		want uint64
@@ -320,5 +346,43 @@ func TestHashSpreadsNames(t *testing.T) {
 		// (probability about 0.004 over all buckets).
 		require.InDelta(t, 0.683, float64(empty)/buckets, 0.01, "format %q: share of empty buckets", format)
 		require.Less(t, most, uint8(8), "format %q: longest chain", format)
+	}
+}
+
+// TestFairnessInHeader: a table created with a bound records it and every
+// later open (read-write or read-only) reads it back; an existing file
+// keeps its own whatever the opener asks for; a bound out of range is
+// refused at creation.
+func TestFairnessInHeader(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "bounded.tbl")
+	tb, created, err := OpenFair(p, smallGeometry, 0, 1500*time.Microsecond)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 1500*time.Microsecond, tb.Bound())
+	tb.Close()
+	tb, created, err = Open(p, smallGeometry, 0) // asks for FIFO: the file keeps its own
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, 1500*time.Microsecond, tb.Bound())
+	tb.Close()
+	ro, err := OpenReadOnly(p)
+	require.NoError(t, err)
+	require.Equal(t, 1500*time.Microsecond, ro.Bound())
+	ro.Close()
+
+	f := filepath.Join(dir, "fifo.tbl")
+	tb, _, err = Open(f, smallGeometry, 0)
+	require.NoError(t, err)
+	require.Zero(t, tb.Bound())
+	tb.Close()
+	tb, _, err = OpenFair(f, smallGeometry, 0, time.Millisecond)
+	require.NoError(t, err)
+	require.Zero(t, tb.Bound(), "an existing FIFO file stays FIFO")
+	tb.Close()
+
+	for _, d := range []time.Duration{-1, MaxFairnessBound + 1} {
+		_, _, err := OpenFair(filepath.Join(dir, "bad.tbl"), smallGeometry, 0, d)
+		require.ErrorIs(t, err, ErrGeometry, "bound %v", d)
 	}
 }

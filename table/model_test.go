@@ -57,9 +57,10 @@ type model struct {
 }
 
 type mreq struct {
-	agent int
-	mode  uint32
-	id    int // test-wide request id
+	agent   int
+	mode    uint32
+	id      int  // test-wide request id
+	starved bool // bounded: has waited the bound (aged by the test)
 }
 
 func newModel() *model {
@@ -111,6 +112,23 @@ func TestModelRandomOps(t *testing.T) {
 	}
 }
 
+// TestModelBounded runs the model on tables of bounded fairness: releases
+// leave free names to their heads, new requests take them first, heads
+// take their turns, and heads aged past the bound are served in order.
+func TestModelBounded(t *testing.T) {
+	seeds := []uint64{31, 32, 33, 34}
+	if testing.Short() {
+		seeds = seeds[:2]
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModelFair(t, seed, 2500, false, smallGeometry, true) })
+	}
+	t.Run("few entries", func(t *testing.T) {
+		runModelFair(t, 35, 2000, false, Geometry{MaxResources: 3, MaxRequests: 64, MaxAgents: 16, MaxNameLen: 32}, true)
+	})
+	t.Run("near wrap", func(t *testing.T) { runModelFair(t, 36, 2000, true, smallGeometry, true) })
+}
+
 // TestModelFewEntries: five names share three entries, so idle entries are
 // renamed and reclaimed from other buckets all the time, and ErrTableFull is
 // acceptable only when the model has three names in use.
@@ -138,8 +156,25 @@ type live struct {
 }
 
 func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
+	runModelFair(t, seed, steps, nearWrap, g, false)
+}
+
+// runModelFair is runModel on a FIFO table, or (bounded) on a table of
+// bounded fairness whose bound no request reaches unless the test ages it:
+// then the model's releases leave a free name to its head (passOn), new
+// requests may take it first (a barge), and the head takes it with
+// TakeTurn (fairness.go).
+func runModelFair(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry, bounded bool) {
 	live0 := installFakeLiveness(t)
-	tb := newTestTable(t, g)
+	var tb *Table
+	if bounded {
+		var err error
+		tb, _, err = OpenFair(filepath.Join(t.TempDir(), "t.tbl"), g, 0, MaxFairnessBound)
+		require.NoError(t, err)
+		t.Cleanup(func() { tb.Close() })
+	} else {
+		tb = newTestTable(t, g)
+	}
 	if nearWrap {
 		for s := uint32(0); s < uint32(tb.l.MaxRequests); s++ {
 			*tb.u64(tb.slotOff(s) + slWord) = slotWord(0xFFFFFFFF-s%7, 0, SlotFree)
@@ -190,9 +225,35 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 	}
 	watches := map[int]*mwatch{}
 	var nLinked, nReady, nRung int // the watch checks did something
-	nameState := func(n string) string { return fmt.Sprint(mdl.held[n], mdl.queue[n]) }
+	// The holders and the queue (not which heads have waited the bound:
+	// time passing is no change that rings a watch).
+	nameState := func(n string) string {
+		var b strings.Builder
+		for _, l := range [][]mreq{mdl.held[n], {{}}, mdl.queue[n]} {
+			for _, r := range l {
+				fmt.Fprintf(&b, "%d/%d/%d ", r.agent, r.mode, r.id)
+			}
+		}
+		return b.String()
+	}
 	grantableNow := func(n string, mode uint32) bool {
+		if q := mdl.queue[n]; bounded && len(q) > 0 {
+			return len(mdl.held[n]) == 0 && !q[0].starved // a barge
+		}
 		return len(mdl.queue[n]) == 0 && mdl.compatible(n, mode)
+	}
+	// passOn is the model of a release or an abort: the queue is processed,
+	// unless a bounded table leaves the name to a head that has not waited
+	// the bound (it takes its turn later).
+	var nBarge, nLeft, nTurn int // the bounded table's own moves happened
+	passOn := func(n string) []int {
+		if q := mdl.queue[n]; bounded && len(q) > 0 && !q[0].starved {
+			if len(mdl.held[n]) == 0 || mdl.compatible(n, q[0].mode) {
+				nLeft++
+			}
+			return nil
+		}
+		return mdl.process(n)
 	}
 	var w Wakes
 	deliver := func() { tb.Deliver(&w, nil) }
@@ -352,6 +413,9 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 			what = fmt.Sprintf("acquire %q agent %d mode %d ifAvail %v steal %v", name, ai, mode, ifAvail, steal)
 			ref, out, tok, err := tb.Acquire(a, name, Hash(name), mode, ifAvail, steal, &w)
 			deliver()
+			if q := mdl.queue[name]; bounded && err == nil && !steal && len(q) > 0 && q[0].starved && mdl.compatible(name, q[0].mode) {
+				confirm(mdl.process(name)) // an arrival serves a starved head on its way (serveStarved)
+			}
 			if err != nil {
 				require.ErrorIs(t, err, ErrTableFull, what)
 				inUse := 0
@@ -380,8 +444,11 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 					delete(reqs, h.id) // stolen: the victims' slots are STOLEN until their owners free them
 				}
 				mdl.held[name] = []mreq{r}
-			case len(mdl.queue[name]) == 0 && mdl.compatible(name, mode):
+			case grantableNow(name, mode):
 				require.Equal(t, Granted, out, what)
+				if len(mdl.queue[name]) > 0 {
+					nBarge++
+				}
 				mdl.held[name] = append(mdl.held[name], r)
 			case ifAvail:
 				require.Equal(t, NotAvailable, out, what)
@@ -405,7 +472,42 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 			deliver()
 			mdl.remove(r.name, id)
 			delete(reqs, id)
-			confirm(mdl.process(r.name))
+			// A bounded table's fast hold released by its CAS leaves the
+			// queue as it is, even behind a starved head (the next arrival
+			// or the head itself serves it); one moved to the held list
+			// meanwhile is released under the latch (passOn).
+			if e := r.ref.Slot - uint32(tb.l.MaxRequests); bounded && r.ref.Slot >= uint32(tb.l.MaxRequests) &&
+				uint32(atomic.LoadUint64(tb.u64(tb.entryOff(e)+enFast))) == fastIdle {
+				break
+			}
+			confirm(passOn(r.name))
+		case bounded && op < 82: // a bounded table: a head takes its turn, or has waited the bound
+			q := mdl.queue[name]
+			if len(q) == 0 {
+				continue
+			}
+			if rng.IntN(3) == 0 {
+				what = fmt.Sprintf("age the head %d of %q", q[0].id, name)
+				q[0].starved = true
+				*tb.u64(tb.slotOff(reqs[q[0].id].ref.Slot) + slEnqueue) = uint64(nowNano() - 2*int64(MaxFairnessBound))
+				break
+			}
+			// Any waiting request asks; only a compatible head is granted.
+			id := q[0].id
+			if rng.IntN(2) == 0 {
+				id = q[rng.IntN(len(q))].id
+			}
+			r := reqs[id]
+			what = fmt.Sprintf("take turn %d %q agent %d", id, name, r.agent)
+			got, err := tb.TakeTurn(agents[r.agent], r.ref, &w)
+			deliver()
+			require.NoError(t, err, what)
+			want := q[0].id == id && mdl.compatible(name, q[0].mode)
+			require.Equal(t, want, got, what)
+			if want {
+				nTurn++
+				confirm(mdl.process(name))
+			}
 		case op < 88: // abort a waiting request of this agent
 			id, r := pick(rng, reqs, mdl, ai, false)
 			if r == nil {
@@ -418,7 +520,7 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 			require.Equal(t, NotAvailable, out, what)
 			mdl.remove(r.name, id)
 			delete(reqs, id)
-			confirm(mdl.process(r.name))
+			confirm(passOn(r.name))
 		case op < 92: // the agent dies and is reaped by another
 			what = fmt.Sprintf("kill agent %d", ai)
 			live0.kill(pids[ai])
@@ -432,19 +534,25 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 					delete(watches, id)
 				}
 			}
-			touched := map[string]bool{}
+			// The reaper removes the dead agent's requests in slot order, each
+			// followed by its name's passOn (with starved heads the order
+			// matters: a removal may grant an aged head and the shared run
+			// behind it before the next removal).
+			var dead []int
 			for id, r := range reqs {
 				if r.agent == ai {
-					mdl.remove(r.name, id)
-					delete(reqs, id)
-					touched[r.name] = true
+					dead = append(dead, id)
 				}
 			}
-			for _, n := range names {
-				if touched[n] {
-					confirm(mdl.process(n))
-				}
+			slices.SortFunc(dead, func(x, y int) int { return int(reqs[x].ref.Slot) - int(reqs[y].ref.Slot) })
+			var granted []int
+			for _, id := range dead {
+				r := reqs[id]
+				mdl.remove(r.name, id)
+				delete(reqs, id)
+				granted = append(granted, passOn(r.name)...)
 			}
+			confirm(slices.DeleteFunc(granted, func(id int) bool { return reqs[id] == nil })) // not those removed next
 			register(ai)
 		default: // the victims of steals free their stolen slots
 			what = "free stolen"
@@ -467,6 +575,12 @@ func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
 		require.Positive(t, nRung, "no watch was rung")
 	}
 	t.Logf("watches: %d linked, %d ready, %d rung", nLinked, nReady, nRung)
+	if bounded {
+		t.Logf("bounded: %d barges, %d names left to their heads, %d turns taken", nBarge, nLeft, nTurn)
+		require.Positive(t, nBarge)
+		require.Positive(t, nLeft)
+		require.Positive(t, nTurn)
+	}
 }
 
 // pick chooses a random request of agent ai that is held (or waiting).

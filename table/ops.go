@@ -105,6 +105,9 @@ func (t *Table) AcquireClaimed(a *Agent, r Ref, name string, h uint64, mode uint
 		return Ref{}, NotAvailable, 0, err
 	}
 	t.own(e)
+	if t.l.bound != 0 && !steal {
+		t.serveStarved(e, w) // fairness.go
+	}
 	so := t.slotOff(s)
 	t.st32(so+slEntry, e+1)
 	t.st32(so+slMode, mode)
@@ -123,6 +126,9 @@ func (t *Table) AcquireClaimed(a *Agent, r Ref, name string, h uint64, mode uint
 		crash("steal.granted")
 	case t.grantable(eo, mode):
 		token = t.grant(s, e, mode, coarseNano()) // uncontended: no clock read (stamp.go)
+		if t.l.bound != 0 && t.ld32(eo+enQHead) != 0 {
+			crash("barge.granted") // ahead of the queue (fairness.go)
+		}
 	case ifAvailable:
 		out = NotAvailable
 	default:

@@ -10,14 +10,16 @@ import (
 // the next head, and steals (docs/design.md §2 and §4). Every function
 // here runs under the entry's bucket latch.
 
-// grantable: the queue is empty and mode is compatible with the holders
-// (or the stress checkers' test breaks exclusion: testhooks.BreakExclusion).
+// grantable: the queue is empty and mode is compatible with the holders,
+// or (a bounded table) the name is free and may be taken ahead of its
+// queue (mayBarge, fairness.go); or the stress checkers' test breaks
+// exclusion (testhooks.BreakExclusion).
 func (t *Table) grantable(eo uint64, mode uint32) bool {
 	if testhooks.BreakExclusion.Load() {
 		return true
 	}
 	if t.ld32(eo+enQHead) != 0 {
-		return false
+		return t.l.bound != 0 && t.mayBarge(eo)
 	}
 	return compatible(t, eo, mode)
 }
@@ -127,6 +129,9 @@ func (t *Table) unlink(s uint32, headOff, tailOff uint64) {
 // list, frees it, re-processes the queue and frees the entry if it is empty.
 func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 	eo := t.entryOff(e)
+	// A bounded table's entry with waiters may be on the fast path
+	// (fairness.go): take it back first (one load when it is latched).
+	t.own(e)
 	switch wordState(sw) {
 	case SlotHeld:
 		t.unlink(s, eo+enHHead, 0)
@@ -143,7 +148,7 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 	}
 	atomic.CompareAndSwapUint64(t.u64(t.slotOff(s)+slWord), sw, slotWord(wordSerial(sw), wordAgent(sw), SlotFree))
 	crash("release.freed")
-	t.processQueue(e, w)
+	t.passOn(e, w, false) // processQueue, or a bounded table's choice (fairness.go)
 	t.wakeAhead(e, w)
 	t.touch(e, w)
 	t.entryEmptied(e, b)

@@ -97,7 +97,8 @@ func (t *Table) snapEntry(e uint32, name string, held, pending []LockInfo, stric
 	eo := t.entryOff(e)
 	tok, fw := t.fastView(eo)
 	if fw != fastLatched {
-		// Held by the fast path (its lists are empty).
+		// Held by the fast path (its held list is empty; a bounded table's
+		// queue may not be: fairness.go).
 		if ag, ok := fastHolder(uint32(fw)); ok {
 			li := LockInfo{
 				Name:   name,
@@ -111,7 +112,9 @@ func (t *Table) snapEntry(e uint32, name string, held, pending []LockInfo, stric
 			t.agentOf(&li)
 			held = append(held, li)
 		}
-		return held, pending, nil
+		if t.l.bound == 0 {
+			return held, pending, nil
+		}
 	}
 	for _, list := range [2]uint64{enHHead, enQHead} {
 		s := atomic.LoadUint32(t.u32(eo + list))

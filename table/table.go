@@ -31,12 +31,24 @@ type Table struct {
 // Open maps the table at path, creating it with geometry g (and permission
 // bits mode, 0 meaning 0600) when it does not exist. An existing file keeps
 // its own geometry; it is validated (magic, version, checksum, geometry,
-// size) and anything else is ErrCorrupt naming the field.
+// size) and anything else is ErrCorrupt naming the field. A table Open
+// creates grants in strict arrival order (OpenFair for bounded fairness).
 func Open(path string, g Geometry, mode os.FileMode) (t *Table, created bool, err error) {
+	return OpenFair(path, g, mode, 0)
+}
+
+// OpenFair is Open with the fairness a created table records: bound 0 is
+// strict arrival order (FIFO), a bound in (0, MaxFairnessBound] is bounded
+// fairness (fairness.go). An existing file keeps its own (Table.Bound).
+func OpenFair(path string, g Geometry, mode os.FileMode, bound time.Duration) (t *Table, created bool, err error) {
 	if err := g.validate(); err != nil {
 		return nil, false, err
 	}
+	if bound < 0 || bound > MaxFairnessBound {
+		return nil, false, fmt.Errorf("%w: fairness bound %v out of range [0, %v]", ErrGeometry, bound, MaxFairnessBound)
+	}
 	l := g.layout()
+	l.bound = int64(bound)
 	if mode == 0 {
 		mode = 0o600
 	}

@@ -117,10 +117,15 @@ func (t *Table) Name(a *Agent, name string, h uint64) (NameInfo, error) {
 // whether a request in mode would be granted at once.
 func (t *Table) grantableNow(eo uint64, mode uint32) bool {
 	if st := uint32(atomic.LoadUint64(t.u64(eo + enFast))); st != fastLatched {
-		_, held := fastHolder(st)
-		return !held
+		if _, held := fastHolder(st); held {
+			return false
+		}
+		// Idle: nothing held (a bounded table's queue aside: below).
 	}
-	return t.ld32(eo+enQHead) == 0 && compatible(t, eo, mode)
+	if t.ld32(eo+enQHead) != 0 {
+		return t.l.bound != 0 && t.mayBarge(eo) // fairness.go
+	}
+	return compatible(t, eo, mode)
 }
 
 // WatchOutcome is the outcome of Watch.

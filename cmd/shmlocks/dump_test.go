@@ -97,6 +97,7 @@ func TestDumpLive(t *testing.T) {
 	require.Regexp(t, `"config"\s+held\s+shared\s+\d+\s+`+pid+`\s+`+regexp.QuoteMeta(comm)+`\s+`+age+`\s+`+holder.ClientID()+`\n`, out)
 	require.Regexp(t, `usage\s+names 2/\d+, requests 3/\d+ \(held 2, waiting 1\), agents 2/\d+`, out)
 	require.Regexp(t, `\d+\s+`+pid+`\s+alive\s+`+regexp.QuoteMeta(comm)+`\s+2\s+0\s+.* ago\s+`+holder.ClientID()+`\n`, out)
+	require.Regexp(t, `\nfairness\s+fifo \(strict arrival order\)\n`, out)
 }
 
 // dumpDoc runs dump --json and decodes it.
@@ -109,6 +110,17 @@ func dumpDoc(t *testing.T, args ...string) map[string]json.RawMessage {
 	return raw
 }
 
+// TestDumpFairness: dump names the fairness a table was created with.
+func TestDumpFairness(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bounded.tbl")
+	m, err := manager.Open(path, &manager.OpenOptions{Fairness: manager.Bounded(1500 * time.Microsecond)})
+	require.NoError(t, err)
+	m.Close()
+	r := shm(t, nil, "dump", "--table", path)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `\nfairness\s+bounded:1.5ms \(`, r.stdout)
+}
+
 func TestDumpJSONShape(t *testing.T) {
 	// An empty table: arrays, never null.
 	empty := filepath.Join(t.TempDir(), "empty.tbl")
@@ -116,7 +128,7 @@ func TestDumpJSONShape(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
 	raw := dumpDoc(t, "--table", empty)
-	require.ElementsMatch(t, []string{"time", "table", "held", "pending", "watching", "agents", "usage", "waitsFor", "deadlocks"}, mapKeysRaw(raw))
+	require.ElementsMatch(t, []string{"time", "table", "fairness", "held", "pending", "watching", "agents", "usage", "waitsFor", "deadlocks"}, mapKeysRaw(raw))
 	for _, k := range []string{"held", "pending", "watching", "agents", "waitsFor", "deadlocks"} {
 		require.JSONEq(t, `[]`, string(raw[k]), k)
 	}

@@ -21,8 +21,9 @@ import (
 type jsonDump struct {
 	Time      time.Time     `json:"time"` // when the table was read
 	Table     string        `json:"table"`
-	Held      []jsonHeld    `json:"held"`    // by name, then token
-	Pending   []jsonPending `json:"pending"` // by name, in queue (grant) order
+	Fairness  string        `json:"fairness"` // "fifo" or "bounded:DURATION"
+	Held      []jsonHeld    `json:"held"`     // by name, then token
+	Pending   []jsonPending `json:"pending"`  // by name, in queue (grant) order
 	Watching  []jsonPending `json:"watching"`
 	Agents    []jsonAgent   `json:"agents"`
 	Usage     jsonUsage     `json:"usage"`
@@ -116,7 +117,7 @@ func seconds(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 10
 
 // dumpJSON converts st to the --json schema.
 func dumpJSON(st *dumpState) *jsonDump {
-	d := &jsonDump{Time: st.Time.UTC(), Table: st.Path, Held: []jsonHeld{}, Pending: []jsonPending{},
+	d := &jsonDump{Time: st.Time.UTC(), Table: st.Path, Fairness: fairnessText(st.Bound), Held: []jsonHeld{}, Pending: []jsonPending{},
 		Watching: []jsonPending{}, Agents: []jsonAgent{}, WaitsFor: []jsonWait{}, Deadlocks: [][]jsonNode{}}
 	node := func(l *table.LockInfo, held bool) jsonNode {
 		return jsonNode{jsonName: newJSONName(l.Name), Mode: modeName(l.Mode), ClientID: clientID(l.Nonce), PID: l.PID, Held: held}

@@ -20,6 +20,7 @@ type dumpState struct {
 	Size     int
 	Geometry table.Geometry
 	Buckets  int
+	Bound    time.Duration // the table's fairness: 0 FIFO, else Bounded(Bound)
 	Created  time.Time
 	BootID   [16]byte
 	ThisBoot bool
@@ -74,7 +75,7 @@ func (l *dumpLock) age(now time.Time) (time.Duration, bool) {
 // gatherDump reads t (mapped read-only, never latched) at now. A file
 // truncated under us gives ErrCorrupt (table.Guard), never a fault.
 func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) {
-	st := &dumpState{Time: now, Path: path, Size: t.Size(), Geometry: t.Geometry(), Buckets: t.Buckets(), Nonce: t.Nonce()}
+	st := &dumpState{Time: now, Path: path, Size: t.Size(), Geometry: t.Geometry(), Buckets: t.Buckets(), Bound: t.Bound(), Nonce: t.Nonce()}
 	err := table.Guard(func() error {
 		st.Created, st.BootID = t.Created(), t.BootID() // read from the mapping
 		st.ThisBoot = st.BootID == table.BootID()
@@ -188,3 +189,12 @@ func sortedPending(st *dumpState) []int {
 // validMode reports whether m is a request's mode (not a torn read of a
 // slot being reused).
 func validMode(m uint32) bool { return m == table.ModeExclusive || m == table.ModeShared }
+
+// fairnessText spells a table's fairness as Fairness.String and stress
+// --fairness do ("fifo", "bounded:1ms").
+func fairnessText(bound time.Duration) string {
+	if bound == 0 {
+		return "fifo"
+	}
+	return fmt.Sprintf("bounded:%v", bound)
+}

@@ -49,6 +49,11 @@ func renderDump(w io.Writer, st *dumpState, width int) error {
 	fmt.Fprintf(tw, "format\t%s version %d, %d bytes\n", table.Magic, table.FormatVersion, st.Size)
 	fmt.Fprintf(tw, "geometry\t%d names, %d requests, %d agents, names up to %d bytes (%d buckets)\n",
 		g.MaxResources, g.MaxRequests, g.MaxAgents, g.MaxNameLen, st.Buckets)
+	if st.Bound == 0 {
+		fmt.Fprintf(tw, "fairness\t%s (strict arrival order)\n", fairnessText(0))
+	} else {
+		fmt.Fprintf(tw, "fairness\t%s (a request may take a free name ahead of the queue while its oldest has waited less than %v)\n", fairnessText(st.Bound), st.Bound)
+	}
 	fmt.Fprintf(tw, "created\t%s (%s ago)\n", st.Created.UTC().Format(time.RFC3339), renderAge(st.Time.Sub(st.Created)))
 	bootNote := "this boot"
 	if !st.ThisBoot {

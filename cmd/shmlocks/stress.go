@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,8 +23,9 @@ table (not the lock code):
   - a non-atomic per-name counter, read at the start of every exclusive
     section and written at its end: it must not change in between, and its
     final value must equal the exclusive grants (it may fall short by at most
-    kills + steals: a killed holder may die before writing, a stolen-from
-    holder preempted between its fence check and its write may overwrite);
+    kills + workers that died + steals: a killed holder may die before
+    writing, a stolen-from holder preempted between its fence check and its
+    write may overwrite);
   - fencing tokens strictly increase per name (exclusive grants above every
     earlier token, shared grants above every earlier exclusive one);
   - a lock lost at release must have been stolen (a later steal recorded);
@@ -33,11 +35,27 @@ table (not the lock code):
   - at the end the table's own checker runs and the table must be empty
     (every dead worker reaped).
 
+Each worker process runs one feature (--features; every one by default
+with --chaos, else plain): plain (Acquire/Release of one name), exec
+(shmlocks exec wrappers whose command, this binary again, checks in as the
+holder while it runs), child (a Request whose fn fans out and nests child
+requests with its ctx: children of one grant must exclude each other),
+coalesce (Coalesce callers: one leader per key at once, whole results of
+their own key) and all (AcquireAll/RequestAll of two or three names, each
+name checked). --chaos SIGKILLs the feature killed least so far, where it
+is most fragile: a holder, a process inside a child grant, a Coalesce
+leader, an AcquireAll holder, or an exec command's wrapper, the command
+itself or the wrapper's process group. The report counts kills per feature
+and violations per kind (exclusion, exec, child, flight, counter, token,
+lost, stuck, table, failure).
+
 Holders in processes killed by --chaos are ignored (the supervisor marks a
-victim before it sends SIGKILL), and conflicts with a stolen-from holder are
-excused. FIFO order is only sampled (waiters that took a ticket well before
-a grant and still wait): the ticket is taken before the request enters the
-lock, so this is a statistic, not a check.
+victim before it sends SIGKILL), and so are those of processes that are
+dead (an exec command is checked under its own pid: killing its wrapper
+does not end its hold); conflicts with a stolen-from holder are excused.
+FIFO order is only sampled (waiters that took a ticket well before a grant
+and still wait): the ticket is taken before the request enters the lock, so
+this is a statistic, not a check.
 
 Any violation: the messages are printed, the table and check file are kept
 (their path is printed) and the exit status is 1. SHMLOCKS_FAULT=break-exclusion
@@ -60,8 +78,11 @@ not be in use by anyone else: the final check expects it empty).
 const stressExamples = `  shmlocks stress
   shmlocks stress --duration 3s --procs 4
   shmlocks stress --chaos 5 --duration 3s --json
+  shmlocks stress --chaos 50 --duration 240s --procs 10 --seed 1   # about 10,000 kills over every feature
+  shmlocks stress --features exec,plain --chaos 10 --duration 10s
   shmlocks stress --procs 8 --goroutines 4 --names 2 --shared 0.5 --hold uniform:0-200us
   shmlocks stress --backend shmlocks,flock --duration 2s
+  shmlocks stress --fairness bounded:1ms --chaos 5 --duration 3s
   shmlocks stress --ops 10000 --seed 42 --keep
   SHMLOCKS_FAULT=break-exclusion shmlocks stress --duration 1s   # must fail`
 
@@ -88,7 +109,9 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.Table, "table", "", "table file (default: a fresh file in a temporary directory; \"default\": the default table location below)")
 	fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary table and check file")
 	fs.BoolVar(&cfg.HandOver, "handover", false, "shmlocks workers open with OpenOptions.HandOver (a release yields the P to the sibling it granted; off by default)")
-	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL a random worker this many times per second (a replacement starts at once)")
+	fs.StringVar(&cfg.Fairness, "fairness", "fifo", "the table's fairness when this run creates it: fifo, or bounded:DURATION (a request may take a free name ahead of the queue while its oldest has waited less than DURATION; e.g. bounded:1ms)")
+	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL this many processes per second, each time of the feature killed least so far (a killed worker is replaced at once)")
+	features := fs.String("features", "", "what the worker processes do, one feature per process in turn: plain, exec, child, coalesce, all (AcquireAll), or every (default: every with --chaos on shmlocks, else plain)")
 	backends := fs.String("backend", "shmlocks", "shmlocks, flock, or both comma-separated (run one after the other, reported side by side)")
 	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s)")
 	fs.DurationVar(&cfg.MaxGrantGap, "max-gap", 0, "no grant anywhere for this long is a violation (0: not checked)")
@@ -124,6 +147,19 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		}
 		list = append(list, b)
 	}
+	switch {
+	case *features != "":
+		if cfg.Features, err = stress.ParseFeatures(*features); err != nil {
+			return fs.usageError("%v", strings.TrimPrefix(err.Error(), stress.ErrUsage.Error()+": "))
+		}
+	case cfg.Chaos > 0 && len(list) == 1 && list[0] == stress.BackendShmlocks:
+		cfg.Features = stress.AllFeatures
+	}
+	procsSet := false
+	fs.Visit(func(f *flag.Flag) { procsSet = procsSet || f.Name == "procs" })
+	if len(cfg.Features) > cfg.Procs && !procsSet {
+		cfg.Procs = len(cfg.Features) // one process per feature at least
+	}
 	if cfg.Table == "default" {
 		cfg.Table = defaultTablePath()
 	}
@@ -136,6 +172,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	cfg.Worker = []string{exe, "stress"}
+	cfg.Exec = []string{exe, "exec"}
 	cfg.Defaults()
 	for _, b := range list {
 		c := cfg

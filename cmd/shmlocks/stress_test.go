@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -128,7 +129,7 @@ func TestStressText(t *testing.T) {
 	}
 	require.Equal(t, num("requests (by outcome below)"), sum)
 	require.Contains(t, r.stdout, "Each request has one outcome")
-	require.Contains(t, r.stdout, "workers killed (--chaos)")
+	require.Contains(t, r.stdout, "processes killed (--chaos)")
 
 	// Not on a terminal: a progress line every --progress.
 	r = shm(t, nil, "stress", "--duration", "1s", "--procs", "2", "--progress", "200ms")
@@ -138,14 +139,79 @@ func TestStressText(t *testing.T) {
 	require.NotContains(t, r.stderr, "\r")
 }
 
+// TestStressFairness: --fairness creates the run's table with it, and the
+// report names it; a bad value is a usage error.
+func TestStressFairness(t *testing.T) {
+	r := shm(t, nil, "stress", "--duration", "300ms", "--procs", "2", "--goroutines", "3", "--names", "1", "--fairness", "bounded:1ms")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	require.Contains(t, r.stdout, "shmlocks table bounded:1ms")
+	require.Regexp(t, `violations\s+0\n`, r.stdout)
+	r = shm(t, nil, "stress", "--duration", "300ms", "--fairness", "bounded:0s")
+	require.NotEqual(t, exitOK, r.code)
+	require.Contains(t, r.stderr, "--fairness")
+}
+
+// TestStressChaos: --chaos runs every feature by default (a process each:
+// plain holders, shmlocks exec wrappers with running commands, child
+// grants, Coalesce leaders, AcquireAll holders) and kills each in turn; the
+// report counts kills per feature and violations per kind, and finds none.
 func TestStressChaos(t *testing.T) {
+	checkChaos(t, "3s", "20")
+}
+
+// TestStressChaosLong is the long form: 10 s, 2 processes per feature
+// (SHMLOCKS_CHAOS_SECONDS runs it longer).
+func TestStressChaosLong(t *testing.T) {
 	if testing.Short() {
-		t.Skip("chaos run takes 3s")
+		t.Skip("long chaos run (skipped with -short)")
 	}
-	r, rep := stressJSON(t, nil, "--chaos", "5", "--duration", "3s")
-	require.Equal(t, exitOK, r.code, "stderr: %s\nviolations: %v", r.stderr, rep["violationMessages"])
-	require.Greater(t, rep["kills"].(float64), 0.0)
+	secs := 10
+	if v, err := strconv.Atoi(os.Getenv("SHMLOCKS_CHAOS_SECONDS")); err == nil && v > 0 {
+		secs = v
+	}
+	checkChaos(t, fmt.Sprintf("%ds", secs), "20", "--procs", "10")
+}
+
+func checkChaos(t *testing.T, dur, rate string, more ...string) {
+	t.Helper()
+	r, rep := stressJSON(t, nil, append([]string{"--chaos", rate, "--duration", dur}, more...)...)
+	feats, _ := rep["features"].(map[string]any)
+	for _, f := range []string{"plain", "exec", "child", "coalesce", "all"} {
+		fr, ok := feats[f].(map[string]any)
+		require.True(t, ok, "feature %s in the report: %v", f, rep["features"])
+		t.Logf("%s: %v", f, fr)
+	}
+	require.Equal(t, exitOK, r.code, "violations %v: %v\nstderr: %s", rep["violationsByKind"], rep["violationMessages"], r.stderr)
 	require.EqualValues(t, 0, rep["violations"])
+	for _, f := range []string{"plain", "exec", "child", "coalesce", "all"} {
+		fr := feats[f].(map[string]any)
+		require.Greater(t, fr["kills"].(float64), 0.0, "%s: killed in turn", f)
+		require.Greater(t, fr["grants"].(float64), 0.0, f)
+	}
+	kinds := rep["violationsByKind"].(map[string]any)
+	for _, k := range []string{"exclusion", "exec", "child", "flight", "counter", "token", "stuck", "table", "failure"} {
+		require.Contains(t, kinds, k)
+	}
+	require.Greater(t, rep["kills"].(float64), 0.0)
+}
+
+// TestStressFeaturesFlag: --features picks the mix; an unknown feature, or
+// more features than --procs, is a usage error.
+func TestStressFeaturesFlag(t *testing.T) {
+	r, rep := stressJSON(t, nil, "--features", "coalesce,all", "--duration", "500ms", "--procs", "2")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	feats := rep["features"].(map[string]any)
+	require.Len(t, feats, 2)
+	require.Contains(t, feats, "coalesce")
+	require.Contains(t, feats, "all")
+	for _, args := range [][]string{
+		{"--features", "mutex"},
+		{"--features", "exec,child,all", "--procs", "2"},
+		{"--features", "child", "--backend", "flock"},
+	} {
+		r := shm(t, nil, append([]string{"stress", "--duration", "100ms"}, args...)...)
+		require.Equal(t, exitUsage, r.code, "%v: %s", args, r.stderr)
+	}
 }
 
 func TestStressBreakExclusion(t *testing.T) {

@@ -1,0 +1,265 @@
+package table
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Fairness: the order in which a name's requests are granted, a property
+// of the table recorded in its header when the file is created
+// (docs/design.md §4, "Bounded fairness").
+//
+//	FIFO (bound 0)     strict arrival order per request (Web Locks): a
+//	                   release hands the name to the head of its queue
+//	                   (processQueue), and a request finding a queue joins
+//	                   it.
+//	Bounded (bound d)  sync.Mutex's normal and starvation modes across
+//	                   processes. While the oldest queued request (the head)
+//	                   has waited less than d, a release that could grant
+//	                   the head leaves the name free instead and wakes the
+//	                   head, which takes its turn itself (TakeTurn), and a
+//	                   new request that finds the name free takes it ahead of
+//	                   the queue (a barge: grantable). Once the head has
+//	                   waited d, releases hand the name to the head as FIFO
+//	                   does and nobody barges, until a head that has waited
+//	                   less than d comes first again.
+//
+// Queued requests never overtake one another in either mode: only the head
+// of a queue is ever granted from it, so the queue stays in arrival order
+// (Query shows it) and the wait-for graph is the same. Only a request that
+// has not queued yet may go first. The bound: a request that has waited d
+// has only older requests ahead of it, so from then on nobody barges until
+// it is granted, and it waits at most d plus the hand-offs of the requests
+// ahead of it (docs/design.md).
+//
+// Times are the slots' enqueue times (unix ns, written by the enqueuer) read
+// against the reader's clock: a head whose enqueue time is ahead of the
+// reader's clock (a step of the wall clock back, or skew between two
+// processes' readings) counts as having waited the bound, so a clock that
+// misbehaves can only make a bounded table behave like a FIFO one.
+
+// MaxFairnessBound is the largest bound a table may record.
+const MaxFairnessBound = time.Hour
+
+// Fairness kinds in the header (hdrFairness).
+const (
+	fairFIFO    = 0
+	fairBounded = 1
+)
+
+// parseFairness validates the header's fairness fields (untrusted bytes)
+// and returns the bound in ns (0: FIFO).
+func parseFairness(kind, spare uint32, bound uint64) (int64, error) {
+	switch {
+	case spare != 0:
+		return 0, corruptf("fairness spare", spare, "want 0")
+	case kind == fairFIFO && bound != 0:
+		return 0, corruptf("fairness bound", bound, "a FIFO table records no bound")
+	case kind == fairFIFO:
+		return 0, nil
+	case kind != fairBounded:
+		return 0, corruptf("fairness", kind, "want %d (FIFO) or %d (bounded)", fairFIFO, fairBounded)
+	case bound == 0 || bound > uint64(MaxFairnessBound):
+		return 0, corruptf("fairness bound", bound, "want 1 to %d ns", int64(MaxFairnessBound))
+	}
+	return int64(bound), nil
+}
+
+// Bound returns the table's fairness bound: 0 for strict arrival order
+// (FIFO), else the d of bounded fairness.
+func (t *Table) Bound() time.Duration { return time.Duration(t.l.bound) }
+
+// fairnessText is the fairness line of Render (the spelling of the
+// manager's Fairness.String and of shmlocks stress --fairness).
+func (t *Table) fairnessText() string {
+	if t.l.bound == 0 {
+		return "fifo (strict arrival order)"
+	}
+	d := time.Duration(t.l.bound)
+	return fmt.Sprintf("bounded:%v (a request may take a free name ahead of the queue while its oldest has waited less than %v)", d, d)
+}
+
+// ---- under the latch of the entry's bucket ----
+
+// waitedUnder reports whether the queued request at slot offset so has
+// waited less than the bound at now (unix ns); an enqueue time ahead of
+// now counts as the bound reached (see above).
+func (t *Table) waitedUnder(so uint64, now int64) bool {
+	waited := now - int64(t.ld64(so+slEnqueue))
+	return waited >= 0 && waited < t.l.bound
+}
+
+// mayBarge reports whether a new request may take entry eo ahead of its
+// queue now: a bounded table, nothing held, and a head that has waited
+// less than the bound. Called with the queue not empty.
+func (t *Table) mayBarge(eo uint64) bool {
+	if t.l.bound == 0 || t.ld32(eo+enNHeld) != 0 {
+		return false
+	}
+	head := t.ld32(eo + enQHead)
+	if head == 0 || head-1 >= uint32(t.l.MaxRequests) {
+		return false
+	}
+	return t.waitedUnder(t.slotOff(head-1), nowNano())
+}
+
+// passOn re-processes e's queue after a holder or a waiter left it
+// (removeSlot, repair). FIFO, or a head that has waited the bound: the
+// head is granted (processQueue). Otherwise, if the head could be granted,
+// the name is left free for it and it is woken to take it (TakeTurn)
+// unless a running request takes the name first. With ring (repair, after
+// a dead latch owner) the head's agent is rung even if its park mark says
+// it is awake: the dead owner may have cleared the mark and never rung.
+func (t *Table) passOn(e uint32, w *Wakes, ring bool) {
+	if t.l.bound == 0 {
+		t.processQueue(e, w)
+		return
+	}
+	eo := t.entryOff(e)
+	head := t.ld32(eo + enQHead)
+	if head == 0 || head-1 >= uint32(t.l.MaxRequests) {
+		return
+	}
+	so := t.slotOff(head - 1)
+	if !compatible(t, eo, t.ld32(so+slMode)) {
+		return
+	}
+	if !t.waitedUnder(so, nowNano()) {
+		t.processQueue(e, w) // starved: hand-offs in arrival order
+		return
+	}
+	// The head is asleep: wake it once. The mark is cleared so that the
+	// releases that follow before it runs do not ring it again (a datagram
+	// each, across processes); it sets the mark again before it looks
+	// under the latch (TakeTurn), so a later release leaving it the name
+	// rings it again. A head that spins (mark 0) looks by itself.
+	if atomic.CompareAndSwapUint32(t.u32(so+slPark), 1, 0) || ring {
+		w.addSleeper(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), head-1)
+	}
+	crash("passon.leftfree")
+	t.armFree(eo)
+}
+
+// armFree hands entry eo, its name left free to its queue's head, to the
+// fast path (a bounded table): until a latch holder owns it again, new
+// exclusive requests take it by one CAS (fastAcquire, which first checks
+// that the head has waited less than the bound) and release it by another.
+// Not while it is watched (a watched entry stays latched: watch.go).
+func (t *Table) armFree(eo uint64) {
+	fp := t.u64(eo + enFast)
+	if atomic.LoadUint64(fp) != fastLatched || !t.heldEmpty(eo) || t.watched(eo) {
+		return
+	}
+	if ctr := uint32(t.ld64(eo + enToken)); ctr != lo32 {
+		atomic.StoreUint64(fp, fastWord(ctr, fastIdle))
+	}
+}
+
+// fastMayBarge reports, for a fast acquirer of idle entry eo (no latch),
+// whether it may take it: its queue is empty (as always on a FIFO table) or
+// its head has waited less than the bound. The queue cannot change while
+// the entry stays idle (only a latch holder that owns it first changes it),
+// so the CAS that takes the entry confirms this look (an ABA of the fast
+// word without a grant only ever leaves a head as young or younger).
+func (t *Table) fastMayBarge(eo uint64) bool {
+	head := atomic.LoadUint32(t.u32(eo + enQHead))
+	if head == 0 {
+		return true
+	}
+	if head-1 >= uint32(t.l.MaxRequests) {
+		return false
+	}
+	waited := nowNano() - int64(atomic.LoadUint64(t.u64(t.slotOff(head-1)+slEnqueue)))
+	return waited >= 0 && waited < t.l.bound
+}
+
+// serveStarved grants the head of e's queue if it has waited the bound and
+// nothing in its way holds the name (a bounded table, the entry owned): a
+// fast acquirer that found the head starved came to the latch for this,
+// and the name may have been left free to a head that has not come yet.
+func (t *Table) serveStarved(e uint32, w *Wakes) {
+	eo := t.entryOff(e)
+	head := t.ld32(eo + enQHead)
+	if head == 0 || head-1 >= uint32(t.l.MaxRequests) {
+		return
+	}
+	so := t.slotOff(head - 1)
+	if !compatible(t, eo, t.ld32(so+slMode)) || t.waitedUnder(so, nowNano()) {
+		return
+	}
+	t.processQueue(e, w)
+	t.wakeAhead(e, w)
+	t.touch(e, w)
+}
+
+// TakeTurn grants waiting request r of agent a if it is first in its queue
+// and compatible with the holders: a bounded table left it the name
+// (passOn), or no request holds it now. A run of shared requests behind it
+// is granted with it, as processQueue does. It reports whether r holds its
+// name now.
+func (t *Table) TakeTurn(a *Agent, r Ref, w *Wakes) (bool, error) {
+	if r.Slot >= uint32(t.l.MaxRequests) || r.Bucket >= t.l.buckets {
+		return false, ErrNotHeld
+	}
+	so := t.slotOff(r.Slot)
+	sp := t.u64(so + slWord)
+	if atomic.LoadUint64(sp) != slotWord(r.Serial, a.Idx, SlotWaiting) {
+		return false, nil // granted meanwhile, or gone: the caller looks
+	}
+	if err := t.latch(a, r.Bucket, w); err != nil {
+		return false, err
+	}
+	defer t.unlatch(a, r.Bucket)
+	if atomic.LoadUint64(sp) != slotWord(r.Serial, a.Idx, SlotWaiting) {
+		return false, nil
+	}
+	e := t.ld32(so+slEntry) - 1
+	if e >= uint32(t.l.MaxResources) || atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) != r.Bucket+1 {
+		return false, corruptf("slot entry", e+1, "slot %d waits but its entry is not live in bucket %d", r.Slot, r.Bucket)
+	}
+	eo := t.entryOff(e)
+	t.own(e) // from the fast path: a fast holder is moved into the held list
+	if t.ld32(eo+enQHead) != r.Slot+1 || !compatible(t, eo, t.ld32(so+slMode)) {
+		return false, nil
+	}
+	// Our goroutine is awake: the grant need not ring it.
+	atomic.StoreUint32(t.u32(so+slPark), 0)
+	t.processQueue(e, w)
+	crash("turn.taken")
+	t.wakeAhead(e, w)
+	t.touch(e, w)
+	return true, nil
+}
+
+// MayTakeTurn reports, without the latch, whether waiting request r of
+// agent a is first in its queue with nothing held, or only shared holds
+// when r is shared: a hint for a spinning head of a bounded table that
+// TakeTurn may grant it now (read atomically, not under the latch).
+func (t *Table) MayTakeTurn(a *Agent, r Ref) bool {
+	if r.Slot >= uint32(t.l.MaxRequests) {
+		return false
+	}
+	so := t.slotOff(r.Slot)
+	if atomic.LoadUint64(t.u64(so+slWord)) != slotWord(r.Serial, a.Idx, SlotWaiting) {
+		return false
+	}
+	e := atomic.LoadUint32(t.u32(so+slEntry)) - 1
+	if e >= uint32(t.l.MaxResources) {
+		return false
+	}
+	eo := t.entryOff(e)
+	if atomic.LoadUint32(t.u32(eo+enQHead)) != r.Slot+1 {
+		return false
+	}
+	switch st := uint32(atomic.LoadUint64(t.u64(eo + enFast))); {
+	case st == fastIdle:
+		return true
+	case st != fastLatched:
+		return false // held by the fast path
+	}
+	if atomic.LoadUint32(t.u32(eo+enNHeld)) == 0 {
+		return true
+	}
+	return atomic.LoadUint32(t.u32(so+slMode)) == ModeShared && atomic.LoadUint32(t.u32(eo+enHMode)) == ModeShared
+}

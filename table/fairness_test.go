@@ -1,0 +1,178 @@
+package table
+
+import (
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// slotEntry is the entry of a waiting or held request slot s.
+func (t *Table) slotEntry(s uint32) uint32 { return t.ld32(t.slotOff(s)+slEntry) - 1 }
+
+func newBoundedTable(t *testing.T, bound time.Duration) *Table {
+	t.Helper()
+	tb, created, err := OpenFair(filepath.Join(t.TempDir(), "t.tbl"), Geometry{MaxResources: 8, MaxRequests: 16, MaxAgents: 4, MaxNameLen: 16}, 0, bound)
+	require.NoError(t, err)
+	require.True(t, created)
+	t.Cleanup(func() { tb.Close() })
+	return tb
+}
+
+// TestBoundedLeavesTheNameToItsHead: on a bounded table a release that
+// could grant the head of the queue, which has waited less than the bound,
+// leaves the name free and wakes the head once (its park mark cleared); a
+// new request takes the name first (exclusive, shared and IfAvailable
+// alike), and its release does not ring the head again; the head then takes
+// its turn; a head aged past the bound is granted by the release, and then
+// nobody takes the name ahead of it. Tokens increase throughout, and the
+// checker passes at every step.
+func TestBoundedLeavesTheNameToItsHead(t *testing.T) {
+	tb := newBoundedTable(t, time.Hour)
+	holder, head, other := registerPID(t, tb, 201), registerPID(t, tb, 202), registerPID(t, tb, 203)
+	h := Hash("n")
+	var w Wakes
+	var last uint64
+	acquire := func(a *Agent, mode uint32, ifAvailable bool, want Outcome) Ref {
+		t.Helper()
+		ref, out, tok, err := tb.Acquire(a, "n", h, mode, ifAvailable, false, &w)
+		require.NoError(t, err)
+		require.Equal(t, want, out)
+		if out == Granted {
+			require.Greater(t, tok, last)
+			last = tok
+		}
+		require.NoError(t, tb.Check(holder))
+		return ref
+	}
+	noted := func() []uint32 {
+		t.Helper()
+		var got []uint32
+		tb.DeliverLocal(&w, noAgent, nil, func(agent uint32, _ uint64) { got = append(got, agent) })
+		return got
+	}
+	atomic.StoreUint32(head.Parked(), 1) // its goroutine sleeps: rings are sent
+
+	held := acquire(holder, ModeExclusive, false, Granted)
+	waiting := acquire(head, ModeExclusive, false, Queued)
+	tb.MarkParked(waiting, true)
+	require.Empty(t, noted())
+
+	require.NoError(t, tb.Release(holder, held, &w))
+	st, _, ok := tb.Status(head, waiting)
+	require.True(t, ok)
+	require.EqualValues(t, SlotWaiting, st, "left the name, not granted")
+	require.Equal(t, []uint32{head.Idx}, noted(), "the sleeping head is woken once")
+	require.Zero(t, atomic.LoadUint32(tb.u32(tb.slotOff(waiting.Slot)+slPark)), "its mark cleared")
+	require.NoError(t, tb.Check(holder), "a free name left to its head passes the checker")
+	ready, err := tb.Ready(other, "n", h, ModeExclusive)
+	require.NoError(t, err)
+	require.True(t, ready, "WaitUnlocked: a request would be granted at once")
+
+	// Barges: each mode, and IfAvailable; no ring for the head meanwhile.
+	for _, c := range []struct {
+		mode        uint32
+		ifAvailable bool
+	}{{ModeExclusive, false}, {ModeShared, false}, {ModeExclusive, true}} {
+		b := acquire(other, c.mode, c.ifAvailable, Granted)
+		if c.mode == ModeShared {
+			// Held shared: not free, so another request queues (no barge past
+			// a queued exclusive), and IfAvailable is refused.
+			acquire(holder, ModeShared, true, NotAvailable)
+		}
+		require.NoError(t, tb.Release(other, b, &w))
+		require.Empty(t, noted(), "the head was woken already")
+	}
+
+	// The head takes its turn.
+	ok, err = tb.TakeTurn(head, waiting, &w)
+	require.NoError(t, err)
+	require.True(t, ok)
+	st, tok, ok := tb.Status(head, waiting)
+	require.True(t, ok)
+	require.EqualValues(t, SlotHeld, st)
+	require.Greater(t, tok, last)
+	last = tok
+	require.Empty(t, noted(), "the head is awake: its own grant rings nobody")
+	require.NoError(t, tb.Check(holder))
+
+	// Starved: the other queues, its enqueue time is moved back past the
+	// bound; the release hands the name to it and nobody barges.
+	second := acquire(other, ModeExclusive, false, Queued)
+	*tb.u64(tb.slotOff(second.Slot) + slEnqueue) = uint64(nowNano() - int64(2*time.Hour))
+	third := acquire(holder, ModeExclusive, false, Queued)
+	require.NoError(t, tb.Release(head, waiting, &w))
+	st, tok, ok = tb.Status(other, second)
+	require.True(t, ok)
+	require.EqualValues(t, SlotHeld, st, "a head that has waited the bound is granted by the release")
+	require.Greater(t, tok, last)
+	last = tok
+	require.NoError(t, tb.Release(other, second, &w))
+	st, _, _ = tb.Status(holder, third)
+	require.EqualValues(t, SlotWaiting, st, "a fresh head is left the name")
+	// The name left free is on the fast path: a request takes it there.
+	require.Equal(t, uint32(fastIdle), uint32(atomic.LoadUint64(tb.u64(tb.entryOff(tb.slotEntry(third.Slot))+enFast))))
+	fast := acquire(other, ModeExclusive, false, Granted)
+	require.GreaterOrEqual(t, fast.Slot, uint32(tb.l.MaxRequests), "a fast hold (the entry's reserved slot)")
+	snapHeld, pend, err := tb.Snapshot(nil)
+	require.NoError(t, err)
+	require.Len(t, snapHeld, 1, "Query shows the fast holder")
+	require.Len(t, pend, 1, "and the queue behind it")
+	require.NoError(t, tb.Check(holder), "a fast hold with a queue passes the checker")
+	require.NoError(t, tb.Release(other, fast, &w))
+	// A head whose enqueue time is ahead of our clock counts as starved: an
+	// arrival (IfAvailable, refused) serves it on its way.
+	*tb.u64(tb.slotOff(third.Slot) + slEnqueue) = uint64(nowNano() + int64(time.Minute))
+	acquire(other, ModeExclusive, true, NotAvailable)
+	st, tok, _ = tb.Status(holder, third)
+	require.EqualValues(t, SlotHeld, st, "the starved head is served by the next arrival")
+	require.Greater(t, tok, last)
+	require.NoError(t, tb.Release(holder, third, &w))
+	noted()
+	require.NoError(t, tb.Check(holder))
+}
+
+// TestBoundedTakeTurnOnlyTheHead: TakeTurn grants only the first request of
+// the queue, and only when it is compatible with the holders; a shared head
+// takes the shared requests behind it along.
+func TestBoundedTakeTurnOnlyTheHead(t *testing.T) {
+	tb := newBoundedTable(t, time.Hour)
+	a, b, c := registerPID(t, tb, 301), registerPID(t, tb, 302), registerPID(t, tb, 303)
+	h := Hash("n")
+	var w Wakes
+	held, out, _, err := tb.Acquire(a, "n", h, ModeExclusive, false, false, &w)
+	require.NoError(t, err)
+	require.Equal(t, Granted, out)
+	s1, out, _, _ := tb.Acquire(b, "n", h, ModeShared, false, false, &w)
+	require.Equal(t, Queued, out)
+	s2, out, _, _ := tb.Acquire(c, "n", h, ModeShared, false, false, &w)
+	require.Equal(t, Queued, out)
+	x, out, _, _ := tb.Acquire(a, "n", h, ModeExclusive, false, false, &w)
+	require.Equal(t, Queued, out)
+	ok, err := tb.TakeTurn(b, s1, &w)
+	require.NoError(t, err)
+	require.False(t, ok, "held exclusively: not compatible")
+	require.False(t, tb.MayTakeTurn(b, s1))
+	require.NoError(t, tb.Release(a, held, &w))
+	require.True(t, tb.MayTakeTurn(b, s1))
+	require.False(t, tb.MayTakeTurn(c, s2), "not the head")
+	ok, err = tb.TakeTurn(c, s2, &w)
+	require.NoError(t, err)
+	require.False(t, ok, "not the head")
+	ok, err = tb.TakeTurn(b, s1, &w)
+	require.NoError(t, err)
+	require.True(t, ok)
+	for _, r := range []struct {
+		a   *Agent
+		ref Ref
+	}{{b, s1}, {c, s2}} {
+		st, _, _ := tb.Status(r.a, r.ref)
+		require.EqualValues(t, SlotHeld, st, "the shared run is granted together")
+	}
+	st, _, _ := tb.Status(a, x)
+	require.EqualValues(t, SlotWaiting, st)
+	require.NoError(t, tb.Check(a))
+	w = Wakes{}
+}
