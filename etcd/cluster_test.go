@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 type cluster struct {
 	t       testing.TB
 	cfgs    []*embed.Config
-	members []*embed.Etcd // nil: stopped
+	mu      sync.Mutex
+	members []*embed.Etcd // nil: stopped (mu)
 }
 
 // freePorts returns n loopback ports that were free a moment ago.
@@ -83,7 +85,14 @@ func startCluster(t testing.TB, n int) *cluster {
 
 // start starts (or restarts) member i and waits until it serves.
 func (c *cluster) start(i int) error {
-	e, err := embed.StartEtcd(c.cfgs[i])
+	var e *embed.Etcd
+	var err error
+	for try := 0; try < 50; try++ { // a restart may find its port still in use for a moment
+		if e, err = embed.StartEtcd(c.cfgs[i]); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
 		return fmt.Errorf("start member %d: %w", i, err)
 	}
@@ -93,14 +102,38 @@ func (c *cluster) start(i int) error {
 		e.Close()
 		return fmt.Errorf("member %d not ready in 30s", i)
 	}
+	c.mu.Lock()
 	c.members[i] = e
+	c.mu.Unlock()
 	return nil
 }
 
+func (c *cluster) member(i int) *embed.Etcd {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[i]
+}
+
+func (c *cluster) take(i int) *embed.Etcd {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.members[i]
+	c.members[i] = nil
+	return e
+}
+
 func (c *cluster) stop(i int) {
-	if e := c.members[i]; e != nil {
+	if e := c.take(i); e != nil {
 		e.Close()
-		c.members[i] = nil
+	}
+}
+
+// hardStop kills member i: raft stops at once (no leadership transfer, as
+// Close's graceful stop does), then its listeners and connections go.
+func (c *cluster) hardStop(i int) {
+	if e := c.take(i); e != nil {
+		e.Server.HardStop()
+		e.Close()
 	}
 }
 
@@ -121,6 +154,8 @@ func (c *cluster) endpoints() []string {
 
 // leader returns the index of the current leader (-1: none seen).
 func (c *cluster) leader() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i, e := range c.members {
 		if e != nil && e.Server.Leader() != 0 && e.Server.Leader() == e.Server.MemberID() {
 			return i
@@ -147,8 +182,14 @@ func (c *cluster) waitLeader() int {
 // client returns a client of every member, closed at cleanup.
 func (c *cluster) client(t testing.TB) *clientv3.Client {
 	t.Helper()
+	return clientOf(t, c.endpoints()...)
+}
+
+// clientOf returns a client of the given endpoints, closed at cleanup.
+func clientOf(t testing.TB, eps ...string) *clientv3.Client {
+	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   c.endpoints(),
+		Endpoints:   eps,
 		DialTimeout: 5 * time.Second,
 		Logger:      zap.NewNop(),
 	})

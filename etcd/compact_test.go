@@ -32,7 +32,7 @@ func TestWatchCompacted(t *testing.T) {
 	starts := map[string]int{} // watch starts per watched key
 	startc := make(chan struct{}, 16)
 	compacted := atomic.Int32{}
-	testHookWatch = func(key string, rev int64) {
+	testHookWatch.set(func(key string, rev int64) {
 		mu.Lock()
 		starts[key]++
 		first := starts[key] == 1
@@ -49,8 +49,8 @@ func TestWatchCompacted(t *testing.T) {
 			return
 		}
 		compacted.Add(1)
-	}
-	t.Cleanup(func() { testHookWatch = nil })
+	})
+	t.Cleanup(func() { testHookWatch.set(nil) })
 
 	h, err := holder.Acquire(ctx, "n", manager.RequestOptions{})
 	if err != nil {

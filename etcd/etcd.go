@@ -3,7 +3,8 @@ package etcd
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/manager"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -46,6 +48,14 @@ type Options struct {
 	// CallTimeout bounds the etcd calls made without the caller's ctx:
 	// Release, the withdrawal of an aborted request, Close (default 5s).
 	CallTimeout time.Duration
+	// DeadlockDelay is manager.OpenOptions.DeadlockDelay on etcd: how long
+	// a request waits before the wait-for graph of the prefix is checked
+	// for a cycle through it, then again every DeadlockDelay/2 while it
+	// waits (default manager.DefaultDeadlockDelay; negative: this Manager
+	// never checks and its requests are never chosen as victims; their
+	// keys still record what their task holds, so other Managers see
+	// cycles through them).
+	DeadlockDelay time.Duration
 }
 
 const (
@@ -83,16 +93,20 @@ func open(ctx context.Context, cli *clientv3.Client, prefix string, opts *Option
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = defaultCallTO
 	}
+	// The client id is a random 64-bit number in hex, as the table's
+	// (manager.ClientIDOf): the wait-for graph carries it as a nonce.
 	var id [8]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return nil, err
+	for binary.LittleEndian.Uint64(id[:]) == 0 {
+		if _, err := rand.Read(id[:]); err != nil {
+			return nil, err
+		}
 	}
 	bctx, cancel := context.WithCancel(context.Background())
 	b := &backend{
 		cli:      cli,
 		prefix:   strings.TrimRight(prefix, "/") + "/",
 		opts:     o,
-		clientID: hex.EncodeToString(id[:]),
+		clientID: inspect.ClientID(binary.LittleEndian.Uint64(id[:])),
 		pid:      os.Getpid(),
 		ctx:      bctx,
 		cancel:   cancel,
@@ -121,6 +135,7 @@ type backend struct {
 	free   []uint64             // key numbers whose key is known to be gone
 	reqs   map[*request]struct{}
 	closed bool
+	dl     deadlocks // deadlock.go
 }
 
 func (b *backend) ClientID() string { return b.clientID }
@@ -151,6 +166,12 @@ func (b *backend) session(ctx context.Context) (*concurrency.Session, error) {
 	ch := make(chan result, 1)
 	go func() {
 		s, err := concurrency.NewSession(b.cli, concurrency.WithTTL(ttl), concurrency.WithContext(b.ctx))
+		if err == nil {
+			if err = b.putAgent(s); err != nil {
+				s.Close()
+				s = nil
+			}
+		}
 		ch <- result{s, err}
 	}()
 	select {
@@ -171,6 +192,24 @@ func (b *backend) session(ctx context.Context) (*concurrency.Session, error) {
 	}
 }
 
+// putAgent writes the agent key of lease s (P/!a/<client>): it lives
+// exactly as long as the lease, so the revision at which it was deleted is
+// the revision at which the lease ended. Release uses it to tell the end of
+// the lease from its own earlier delete (release.go).
+func (b *backend) putAgent(s *concurrency.Session) error {
+	ctx, cancel := context.WithTimeout(b.ctx, b.opts.CallTimeout)
+	defer cancel()
+	val, _ := json.Marshal(meta{Client: b.clientID, PID: b.pid})
+	_, err := b.cli.Put(ctx, b.agentKey(), string(val), clientv3.WithLease(s.Lease()))
+	if err != nil {
+		return fmt.Errorf("agent key: %w", err)
+	}
+	return nil
+}
+
+// agentKey is this Manager's agent key.
+func (b *backend) agentKey() string { return b.prefix + agentDir + b.clientID }
+
 // watchSession fails everything s carried when it ends: held locks are
 // lost (their keys are gone with the lease, or will be within its TTL),
 // waiting requests return ErrSessionLost (they watch s.Done themselves).
@@ -190,6 +229,14 @@ func (b *backend) watchSession(s *concurrency.Session) {
 	for _, r := range lost {
 		r.lose()
 	}
+}
+
+// isClosed reports whether Close was called (set before the lease is
+// revoked, so that what the revocation ends can say ErrClosed).
+func (b *backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
 }
 
 func (b *backend) track(r *request) {
@@ -214,6 +261,9 @@ func (b *backend) Close() error {
 		return nil
 	}
 	b.closed = true
+	if b.dl.timer != nil {
+		b.dl.timer.Stop()
+	}
 	s := b.sess
 	b.sess = nil
 	var reqs []*request

@@ -14,9 +14,15 @@ import (
 //
 //	P/e/x/<client>-<n>  an exclusive request (value: meta), lease of its Manager
 //	P/e/s/<client>-<n>  a shared request
+//	P/e/w/<client>-<n>  a WaitUnlocked or Watch call on the name (value: meta),
+//	                    lease of its Manager: counted in NameState.Watchers
 //	P/e/m               the steal marker: its mod revision is the token of the
 //	                    last steal or of the last grant that had to take a
 //	                    token above it (no lease: it outlives its writers)
+//	P/!a/<client>       a Manager's agent key (value: meta), on its lease: it
+//	                    goes in the same revision as the lease's request keys
+//
+// No escaped name starts with '!', so P/!a/ never holds a name's keys.
 //
 // A request's key is created once and never renamed: its create revision is
 // its place in the queue and, unless it waited behind a steal, its fencing
@@ -24,11 +30,25 @@ import (
 // name and the x/ and s/ sub-ranges can be compared as ranges in one
 // transaction (IfAvailable).
 
+// agentDir is the directory of the agent keys under the prefix.
+const agentDir = "!a/"
+
+// reserved reports whether the first key component e (after the prefix) is
+// not an escaped name but one of the package's own directories.
+func reserved(e string) bool { return strings.HasPrefix(e, "!") }
+
 // meta is the value of a request key.
 type meta struct {
 	Client string `json:"c"`
 	PID    int    `json:"p"`
 	Steal  bool   `json:"st,omitempty"`
+	// Since is when the request was made (Unix nanoseconds, the writer's
+	// clock): NameState's Since of a pending request.
+	Since int64 `json:"t,omitempty"`
+	// Holds are the request keys (under the same prefix) of the grants its
+	// task holds while it waits (manager.CarriedHolds): the task edges of
+	// the wait-for graph (deadlock.go).
+	Holds []string `json:"h,omitempty"`
 }
 
 // escapeName keeps [A-Za-z0-9._~-] and writes every other byte as %XX, so
@@ -96,8 +116,9 @@ type req struct {
 // nameState is what one read of P/e/ says about a name: its requests in
 // queue order and the steal marker's revision (0: none).
 type nameState struct {
-	reqs   []req
-	marker int64
+	reqs     []req
+	marker   int64
+	watchers int // WaitUnlocked and Watch calls (P/e/w/ keys)
 }
 
 // parseName reads the kvs of P/e/ (base is "P/e/").
@@ -107,6 +128,10 @@ func parseName(base string, kvs []*mvccpb.KeyValue) (nameState, error) {
 		rest := strings.TrimPrefix(string(kv.Key), base)
 		if rest == "m" {
 			st.marker = kv.ModRevision
+			continue
+		}
+		if strings.HasPrefix(rest, "w/") {
+			st.watchers++
 			continue
 		}
 		r, err := parseReq(rest, kv)

@@ -31,6 +31,9 @@ func (b *backend) Query(ctx context.Context) (manager.Snapshot, error) {
 		if !ok {
 			return snap, fmt.Errorf("%w: %q", ErrBadKey, kv.Key)
 		}
+		if reserved(e) {
+			continue
+		}
 		byName[e] = append(byName[e], kv)
 	}
 	names := make([]string, 0, len(byName))

@@ -31,8 +31,11 @@ type request struct {
 	grantRev int64              // the revision of the grant (the token)
 	stopW    context.CancelFunc // stops the holder's watch (once Watch started it; r.mu)
 
+	verdict chan *verdict // a deadlock round found it a cycle's victim (buffered 1; deadlock.go)
+
 	mu       sync.Mutex
-	released bool
+	released bool       // Release was called (r.mu)
+	rel      *releaseOp // the release, once started (r.mu; release.go)
 }
 
 // lose closes the request's lost channel (once).
@@ -54,18 +57,30 @@ func (r *request) isLost() bool {
 // queue again, and so on.
 func (b *backend) Acquire(ctx context.Context, name string, opts manager.RequestOptions) (manager.BackendGrant, error) {
 	s, err := b.session(ctx)
-	if err != nil {
-		return manager.BackendGrant{}, b.callErr(ctx, name, err)
+	for err != nil {
+		if permanent(err) || errors.Is(err, manager.ErrClosed) || ctx.Err() != nil {
+			return manager.BackendGrant{}, b.callErr(ctx, name, err)
+		}
+		select { // etcd unreachable: the request waits for it, as for the lock
+		case <-time.After(retryPause):
+		case <-ctx.Done():
+		case <-b.ctx.Done():
+		}
+		s, err = b.session(ctx)
 	}
 	r := &request{b: b, name: name, base: b.nameBase(name), excl: opts.Mode == manager.Exclusive,
-		sess: s, lost: make(chan struct{})}
+		sess: s, lost: make(chan struct{}), verdict: make(chan *verdict, 1)}
 	sub := "s/"
 	if r.excl {
 		sub = "x/"
 	}
 	r.num = b.newNum()
 	r.key = r.base + sub + b.clientID + "-" + strconv.FormatUint(r.num, 10)
-	val, _ := json.Marshal(meta{Client: b.clientID, PID: b.pid, Steal: opts.Steal})
+	md := meta{Client: b.clientID, PID: b.pid, Steal: opts.Steal, Since: time.Now().UnixNano()}
+	if !opts.Steal && !opts.IfAvailable {
+		md.Holds = b.carriedKeys(ctx) // the task edges of the wait-for graph (deadlock.go)
+	}
+	val, _ := json.Marshal(md)
 
 	var token int64
 	switch {
@@ -79,13 +94,11 @@ func (b *backend) Acquire(ctx context.Context, name string, opts manager.Request
 	if err != nil {
 		if errors.Is(err, manager.ErrNotAvailable) {
 			b.freeNum(r.num) // no key was created
-		} else {
-			r.freeIfGone()
 		}
 		return manager.BackendGrant{}, err
 	}
-	b.track(r)
 	r.grantRev = token
+	b.track(r)
 	return manager.BackendGrant{Token: uint64(token), Lost: r.lost, Release: r.release, Watch: r.watchHeld}, nil
 }
 
@@ -103,21 +116,51 @@ func (b *backend) callErr(ctx context.Context, name string, err error) error {
 // ifAvailable creates the key only if the request is grantable at once, in
 // one transaction: a range compare on the exclusive sub-range (and, for an
 // exclusive request, the shared one) says nothing is held or queued that
-// conflicts. No key is created (and none deleted) when it is not.
+// conflicts. No key is created (and none deleted) when it is not. A call
+// without an answer is retried, as a transaction that first looks for our
+// key (the earlier attempt may have created it: then we hold).
 func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(r.base+"x/").WithPrefix(), "=", 0)}
 	if r.excl {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(r.base+"s/").WithPrefix(), "=", 0))
 	}
-	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease()))).Commit()
-	if err != nil {
-		return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
+	put := clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease()))
+	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(put).Commit()
+	for err != nil {
+		if err := r.again(ctx, err); err != nil {
+			r.withdraw() // the put may have happened
+			return 0, err
+		}
+		var rr *clientv3.TxnResponse
+		rr, err = r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key), ">", 0)).
+			Then(clientv3.OpGet(r.key)).Else(clientv3.OpTxn(cmps, []clientv3.Op{put}, nil)).Commit()
+		if err != nil {
+			continue
+		}
+		if rr.Succeeded { // the earlier attempt created our key
+			r.createRev = rr.Responses[0].GetResponseRange().Kvs[0].CreateRevision
+			return r.createRev, nil
+		}
+		resp = (*clientv3.TxnResponse)(rr.Responses[0].GetResponseTxn())
+		resp.Header = rr.Header
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("lock %q: %w", r.name, manager.ErrNotAvailable)
 	}
 	r.createRev = resp.Header.Revision
 	return r.createRev, nil
+}
+
+// again decides what to do after an etcd call of a request failed with
+// err: nil after a pause (retry: etcd unreachable for a moment, a member
+// stopped, an election), or the request's error (ctx ended, the lease is
+// lost, the Manager closed, or an error that retrying cannot mend).
+func (r *request) again(ctx context.Context, err error) error {
+	err = r.sessionErr(err)
+	if errors.Is(err, ErrSessionLost) || permanent(err) || ctx.Err() != nil {
+		return r.b.callErr(ctx, r.name, err)
+	}
+	return r.pause(ctx)
 }
 
 // sessionErr turns the error of a put with a lease that is gone into
@@ -136,20 +179,34 @@ func (r *request) sessionErr(err error) error {
 
 // enqueue creates the key and waits until it holds.
 func (r *request) enqueue(ctx context.Context, val string) (int64, error) {
-	resp, err := r.b.cli.Txn(ctx).Then(
-		clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease())),
-		clientv3.OpGet(r.base, clientv3.WithPrefix()),
-	).Commit()
-	if err != nil {
-		// The put may have happened: withdraw it (a no-op if it did not).
-		r.withdraw()
-		return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
+	// The put is conditional on our key not existing, so that a retry of a
+	// call without an answer finds the key its earlier attempt may have
+	// created, and keeps its place in the queue.
+	var resp *clientv3.TxnResponse
+	var err error
+	for {
+		resp, err = r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", 0)).Then(
+			clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease())),
+			clientv3.OpGet(r.base, clientv3.WithPrefix()),
+		).Else(clientv3.OpGet(r.base, clientv3.WithPrefix())).Commit()
+		if err == nil {
+			break
+		}
+		if err := r.again(ctx, err); err != nil {
+			r.withdraw() // the put may have happened
+			return 0, err
+		}
 	}
-	r.createRev = resp.Header.Revision
 	rev := resp.Header.Revision
-	kvs := resp.Responses[1].GetResponseRange().Kvs
+	kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs
+	for _, kv := range kvs {
+		if string(kv.Key) == r.key {
+			r.createRev = kv.CreateRevision
+		}
+	}
 	r.b.track(r) // waiting requests fail when the Manager closes
 	defer r.b.untrack(r)
+	defer r.b.unparkDeadlock(r)
 	for {
 		st, err := parseName(r.base, kvs)
 		if err != nil {
@@ -172,9 +229,17 @@ func (r *request) enqueue(ctx context.Context, val string) (int64, error) {
 			}
 			return r.createRev, nil
 		}
-		if err := r.waitDeleted(ctx, pred.key, rev); err != nil {
+		r.b.parkDeadlock(r) // the deadlock rounds check it once it has waited DeadlockDelay
+		v, err := r.waitDeleted(ctx, pred.key, rev)
+		if err != nil {
 			r.withdraw()
 			return 0, err
+		}
+		if v != nil {
+			if err := r.giveUp(v); err != nil {
+				return 0, err
+			}
+			// The cycle was broken meanwhile: wait on.
 		}
 		g, err := r.readQueue(ctx)
 		if err != nil {
@@ -240,10 +305,8 @@ func (r *request) lostWaiting() error {
 	if closed {
 		return fmt.Errorf("lock %q: %w", r.name, manager.ErrClosed)
 	}
-	select {
-	case <-r.sess.Done():
+	if r.leaseEnded() {
 		return fmt.Errorf("lock %q: request key deleted while waiting: %w", r.name, ErrSessionLost)
-	default:
 	}
 	// Granted (the last conflicting key ahead went) and stolen before we
 	// read the queue again, as the table reports it.
@@ -251,11 +314,12 @@ func (r *request) lostWaiting() error {
 }
 
 // waitDeleted blocks until key (read at revision rev) is deleted, ctx ends,
-// our lease is lost or the Manager closes. A watch that cannot start from
+// our lease is lost, the Manager closes or a deadlock round hands us a
+// verdict (returned). A watch that cannot start from
 // rev+1 (compacted) or breaks returns nil: the caller reads the queue again,
 // which is always safe.
-func (r *request) waitDeleted(ctx context.Context, key string, rev int64) error {
-	if h := testHookWatch; h != nil {
+func (r *request) waitDeleted(ctx context.Context, key string, rev int64) (*verdict, error) {
+	if h := testHookWatch.get(); h != nil {
 		h(key, rev)
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.b.ctx))
@@ -264,18 +328,20 @@ func (r *request) waitDeleted(ctx context.Context, key string, rev int64) error 
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: lock %q: %w", manager.ErrAborted, r.name, ctx.Err())
+			return nil, fmt.Errorf("%w: lock %q: %w", manager.ErrAborted, r.name, ctx.Err())
 		case <-r.sess.Done():
-			return r.lostWaiting()
+			return nil, r.lostWaiting()
 		case <-r.b.ctx.Done():
-			return fmt.Errorf("lock %q: %w", r.name, manager.ErrClosed)
+			return nil, fmt.Errorf("lock %q: %w", r.name, manager.ErrClosed)
+		case v := <-r.verdict:
+			return v, nil
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
-				return nil // re-read with a fresh Get
+				return nil, nil // re-read with a fresh Get
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == clientv3.EventTypeDelete {
-					return nil
+					return nil, nil
 				}
 			}
 		}
@@ -284,16 +350,7 @@ func (r *request) waitDeleted(ctx context.Context, key string, rev int64) error 
 
 // testHookWatch, set only by tests, runs before waitDeleted starts its
 // watch of key from rev+1 (TestWatchCompacted compacts past rev there).
-var testHookWatch func(key string, rev int64)
-
-// withdraw deletes our key if it is still ours (an aborted or failed
-// request). It uses its own ctx: the caller's may be done.
-func (r *request) withdraw() {
-	ctx, cancel := r.b.callCtx()
-	defer cancel()
-	r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.LeaseValue(r.key), "=", r.sess.Lease())).
-		Then(clientv3.OpDelete(r.key)).Commit()
-}
+var testHookWatch hook[func(key string, rev int64)]
 
 // fence gives a request granted behind a steal a token above the steal's:
 // the request was queued before the stealer (its create revision is lower)
@@ -304,17 +361,23 @@ func (r *request) withdraw() {
 // our lease took the grant before we could use it.
 func (r *request) fence(ctx context.Context, marker int64) (int64, error) {
 	val, _ := json.Marshal(meta{Client: r.b.clientID, PID: r.b.pid})
-	resp, err := r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.createRev)).
-		Then(clientv3.OpPut(r.key, string(val), clientv3.WithLease(r.sess.Lease())),
-			clientv3.OpPut(r.base+"m", "")).Commit()
-	if err != nil {
-		r.withdraw()
-		return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
+	for {
+		resp, err := r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.createRev)).
+			Then(clientv3.OpPut(r.key, string(val), clientv3.WithLease(r.sess.Lease())),
+				clientv3.OpPut(r.base+"m", "")).Commit()
+		if err == nil {
+			if !resp.Succeeded {
+				return 0, fmt.Errorf("lock %q: granted and taken away before use: %w", r.name, manager.ErrStolen)
+			}
+			// A retry after an attempt that took effect takes a new token
+			// above it: still above the marker, and never handed out twice.
+			return resp.Header.Revision, nil
+		}
+		if err := r.again(ctx, err); err != nil {
+			r.withdraw()
+			return 0, err
+		}
 	}
-	if !resp.Succeeded {
-		return 0, fmt.Errorf("lock %q: granted and taken away before use: %w", r.name, manager.ErrStolen)
-	}
-	return resp.Header.Revision, nil
 }
 
 // steal deletes the keys of the name's holders and creates ours, marked as a
@@ -326,11 +389,20 @@ func (r *request) steal(ctx context.Context, val string) (int64, error) {
 	for {
 		g, err := r.b.cli.Get(ctx, r.base, clientv3.WithPrefix())
 		if err != nil {
-			return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
+			if err := r.again(ctx, err); err != nil {
+				r.withdraw() // an earlier attempt may have put our key
+				return 0, err
+			}
+			continue
 		}
 		st, err := parseName(r.base, g.Kvs)
 		if err != nil {
+			r.withdraw()
 			return 0, fmt.Errorf("lock %q: %w", r.name, err)
+		}
+		if i := st.index(r.key); i >= 0 { // an earlier attempt without an answer took effect
+			r.createRev = st.reqs[i].createRev
+			return r.createRev, nil
 		}
 		rev := g.Header.Revision
 		cmps := []clientv3.Cmp{
@@ -345,8 +417,11 @@ func (r *request) steal(ctx context.Context, val string) (int64, error) {
 		ops = append(ops, clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease())), clientv3.OpPut(r.base+"m", ""))
 		resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
-			r.withdraw()
-			return 0, r.b.callErr(ctx, r.name, r.sessionErr(err))
+			if err := r.again(ctx, err); err != nil {
+				r.withdraw()
+				return 0, err
+			}
+			continue // the next read tells whether it took effect
 		}
 		if resp.Succeeded {
 			r.createRev = resp.Header.Revision
@@ -413,74 +488,6 @@ func (r *request) goneUnlessReleased() {
 	if !rel {
 		r.lose()
 	}
-}
-
-// release deletes our key if it is still the one we created: a late
-// Release after a steal or the end of the lease touches nothing and
-// reports ErrStolen.
-func (r *request) release() error {
-	r.mu.Lock()
-	r.released = true
-	r.mu.Unlock()
-	if r.isLost() {
-		r.stop()
-		return r.lostErr()
-	}
-	ctx, cancel := r.b.callCtx()
-	defer cancel()
-	resp, err := r.b.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.createRev)).
-		Then(clientv3.OpDelete(r.key)).Commit()
-	if err != nil {
-		r.mu.Lock()
-		r.released = false // still ours: the Manager lets the caller retry
-		r.mu.Unlock()
-		return fmt.Errorf("etcd: %w", err)
-	}
-	r.stop()
-	r.b.freeNum(r.num) // deleted now, or gone already
-	if !resp.Succeeded {
-		r.lose()
-		return r.lostErr()
-	}
-	return nil
-}
-
-// freeIfGone lets a later request reuse the key's number if the key is
-// known to be gone (a failed Acquire normally withdrew it; if that failed,
-// the number is not reused, so a leftover key can never be mistaken for a
-// new request's).
-func (r *request) freeIfGone() {
-	ctx, cancel := r.b.callCtx()
-	defer cancel()
-	if g, err := r.b.cli.Get(ctx, r.key, clientv3.WithCountOnly()); err == nil && g.Count == 0 {
-		r.b.freeNum(r.num)
-	}
-}
-
-func (r *request) stop() {
-	r.mu.Lock()
-	stop := r.stopW
-	r.mu.Unlock()
-	if stop != nil {
-		stop()
-	}
-	r.b.untrack(r)
-}
-
-// lostErr says why a held grant is gone.
-func (r *request) lostErr() error {
-	r.b.mu.Lock()
-	closed := r.b.closed
-	r.b.mu.Unlock()
-	if closed {
-		return manager.ErrClosed
-	}
-	select {
-	case <-r.sess.Done():
-		return fmt.Errorf("%w (%w)", manager.ErrStolen, ErrSessionLost)
-	default:
-	}
-	return manager.ErrStolen
 }
 
 var errLeaseNotFound = rpctypes.ErrLeaseNotFound

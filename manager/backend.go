@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 )
@@ -69,15 +70,15 @@ type BackendGrant struct {
 // table file: the same Request, Acquire, Query, Close and Lock behaviour,
 // per the contract, with b's semantics for what the table does itself
 // (liveness, tokens, queues). It is for backend implementors (see Backend);
-// Open remains the default. Path, Table and Agent of such a Manager return
-// zero values, and Check returns nil.
+// Open remains the default. Path of such a Manager returns "", and Check
+// returns nil.
 func NewBackendManager(b Backend) *Manager {
-	return &Manager{
+	return &Manager{lifecycle: lifecycle{
 		be:       b,
 		clientID: b.ClientID(),
 		maxName:  b.MaxNameLen(),
 		closing:  make(chan struct{}),
-	}
+	}}
 }
 
 // backendGrant is a BackendGrant held by a Lock (in its lockExt).
@@ -108,6 +109,25 @@ func (g *backendGrant) lostNow() bool {
 // lives in the lockExt, which the Lock points to, not the other way).
 func (m *Manager) acquireBackend(ctx context.Context, name string, opts RequestOptions, lp **Lock) error {
 	if err := m.validate(ctx, name, opts); err != nil {
+		*lp = nil
+		return err
+	}
+	for !opts.Steal { // the name may be held through ctx (reentrant.go), as on the table
+		err := m.reenter(ctx, name, opts.Mode)
+		if err == nil {
+			break
+		}
+		if r, ok := err.(*reentry); ok {
+			var kid *lockExt
+			kid, err = m.enterChild(ctx, r.parent, name, opts)
+			if err == errParentGone {
+				continue // ctx's grant ended first: it carries nothing now
+			}
+			if err == nil {
+				kid.fill(*lp)
+				return nil
+			}
+		}
 		*lp = nil
 		return err
 	}
@@ -193,11 +213,12 @@ func (m *Manager) queryBackend(ctx context.Context) (Snapshot, error) {
 
 // tableOnly is nil on the table backend (errNeverOpened on a zero Manager) and, on a Manager made by
 // NewBackendManager, ErrClosed once closed, else ErrNotSupported naming op:
-// the capabilities that live in the table file (watch lists, the wait-for
-// graph, the table's statistics, and the record stores of the packages built
-// on the Manager unless the backend is a seam.StoreProvider) have no backend
-// form yet. Acquire, Request, AcquireAll, RequestAll, Query, Locker and
-// Close work on every backend.
+// the capabilities that live in the table file (the table's statistics,
+// and the record stores of the packages built on the Manager unless the
+// backend is a seam.StoreProvider) have no backend form yet. Acquire,
+// Request, AcquireAll, RequestAll, Query, Locker, Close and child grants
+// work on every backend; State, WaitUnlocked, Watch and WaitGraph on a
+// backend that implements BackendObserver and BackendWaitGrapher.
 func (m *Manager) tableOnly(op string) error {
 	if m.be == nil {
 		if m.t == nil {
@@ -209,4 +230,147 @@ func (m *Manager) tableOnly(op string) error {
 		return ErrClosed
 	}
 	return fmt.Errorf("%w: %s needs the table backend", ErrNotSupported, op)
+}
+
+// BackendObserver is implemented by a Backend that can observe a name
+// without requesting it: State, WaitUnlocked and Watch of a Manager made by
+// NewBackendManager call it after the Manager's validation (closed, then
+// name and mode, then ctx), with the contract of the Manager's methods
+// (Held and Pending never nil; WaitUnlocked woken by changes, not by
+// polling; Watch's channel holding the latest state, closed when ctx ends,
+// the Manager closes or the watch is lost). Without it those methods
+// return ErrNotSupported.
+type BackendObserver interface {
+	State(ctx context.Context, name string) (NameState, error)
+	WaitUnlocked(ctx context.Context, name string, mode Mode) error
+	Watch(ctx context.Context, name string) (<-chan NameState, error)
+}
+
+// BackendWaitGrapher is implemented by a Backend that can read its
+// wait-for graph (WaitGraph of its Manager; without it ErrNotSupported).
+type BackendWaitGrapher interface {
+	WaitGraph(ctx context.Context) (WaitGraph, error)
+}
+
+// BackendHold is a grant of a Backend held by the task that makes a request.
+type BackendHold struct {
+	Name  string
+	Token uint64
+}
+
+// CarriedHolds returns the grants of b, still held, that ctx says its task
+// holds while it makes a request with it: the lock of Request's or
+// RequestAll's callback ctx, the names an AcquireAll has already been
+// granted, the locks added with WithLock. A Backend that detects deadlocks
+// records them with the request: the task will not release them while the
+// request waits, so a cycle of waits may go through them
+// (docs/multi-and-deadlock.md).
+func CarriedHolds(ctx context.Context, b Backend) []BackendHold {
+	var out []BackendHold
+	for depth := 0; ctx != nil && depth < 64; depth++ {
+		c, ok := ctx.Value(carriedKey{}).(holdsCarrier)
+		if !ok {
+			break
+		}
+		for i := 0; ; i++ {
+			l := c.carried(i)
+			if l == nil {
+				break
+			}
+			if l.m == nil || l.m.be != b || !l.heldNow() {
+				continue
+			}
+			h := BackendHold{Name: l.name, Token: l.token}
+			if !slices.Contains(out, h) {
+				out = append(out, h)
+			}
+		}
+		ctx = c.carrier()
+	}
+	return out
+}
+
+// observer returns the BackendObserver of a backend Manager, or why not.
+func (m *Manager) observer(op string) (BackendObserver, error) {
+	if m.closed.Load() {
+		return nil, ErrClosed
+	}
+	o, ok := m.be.(BackendObserver)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: the backend cannot observe names", ErrNotSupported, op)
+	}
+	return o, nil
+}
+
+// stateBackend is State on a backend Manager.
+func (m *Manager) stateBackend(ctx context.Context, name string) (NameState, error) {
+	st := NameState{Name: name, Held: []RequestState{}, Pending: []RequestState{}}
+	o, err := m.observer("State")
+	if err != nil {
+		return st, err
+	}
+	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
+		return st, err
+	}
+	got, err := o.State(ctx, name)
+	if err != nil {
+		return st, err
+	}
+	if got.Held == nil {
+		got.Held = []RequestState{}
+	}
+	if got.Pending == nil {
+		got.Pending = []RequestState{}
+	}
+	return got, nil
+}
+
+// waitUnlockedBackend is WaitUnlocked on a backend Manager.
+func (m *Manager) waitUnlockedBackend(ctx context.Context, name string, mode Mode) error {
+	o, err := m.observer("WaitUnlocked")
+	if err != nil {
+		return err
+	}
+	if err := m.validate(ctx, name, RequestOptions{Mode: mode}); err != nil {
+		return err
+	}
+	return o.WaitUnlocked(ctx, name, mode)
+}
+
+// watchBackend is Watch on a backend Manager.
+func (m *Manager) watchBackend(ctx context.Context, name string) (<-chan NameState, error) {
+	o, err := m.observer("Watch")
+	if err != nil {
+		return nil, err
+	}
+	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
+		return nil, err
+	}
+	return o.Watch(ctx, name)
+}
+
+// waitGraphBackend is WaitGraph on a backend Manager.
+func (m *Manager) waitGraphBackend(ctx context.Context) (WaitGraph, error) {
+	wg := WaitGraph{Waits: []WaitInfo{}, Cycles: [][]WaitNode{}}
+	if m.closed.Load() {
+		return wg, ErrClosed
+	}
+	g, ok := m.be.(BackendWaitGrapher)
+	if !ok {
+		return wg, fmt.Errorf("%w: WaitGraph: the backend has no wait-for graph", ErrNotSupported)
+	}
+	if err := ctx.Err(); err != nil {
+		return wg, fmt.Errorf("%w: wait graph: %w", ErrAborted, err)
+	}
+	got, err := g.WaitGraph(ctx)
+	if err != nil {
+		return wg, fmt.Errorf("wait graph: %w", err)
+	}
+	if got.Waits == nil {
+		got.Waits = []WaitInfo{}
+	}
+	if got.Cycles == nil {
+		got.Cycles = [][]WaitNode{}
+	}
+	return got, nil
 }

@@ -185,3 +185,35 @@ func TestBackendTableOnly(t *testing.T) {
 		require.ErrorIs(t, call(), ErrClosed, op)
 	}
 }
+
+// CarriedHolds gives a backend the grants of its own that a request's ctx
+// carries (Request's fn ctx, AcquireAll's earlier names, WithLock), still
+// held, and nothing of another backend; a request through fn's ctx on the
+// same name is a child grant that never reaches the backend.
+func TestBackendCarriedHolds(t *testing.T) {
+	f, g := newFake(), newFake()
+	m, other := NewBackendManager(f), NewBackendManager(g)
+	ctx := ctxT(t, eventually)
+	require.Empty(t, CarriedHolds(ctx, f))
+	ol, err := other.Acquire(ctx, "o", RequestOptions{})
+	require.NoError(t, err)
+	err = m.Request(WithLock(ctx, ol), "a", RequestOptions{}, func(fctx context.Context, l *Lock) error {
+		require.Equal(t, []BackendHold{{Name: "a", Token: l.Token()}}, CarriedHolds(fctx, f))
+		require.Equal(t, []BackendHold{{Name: "o", Token: ol.Token()}}, CarriedHolds(fctx, g), "g's own grant only")
+		before := f.token
+		c, err := m.Acquire(fctx, "a", RequestOptions{Mode: Shared})
+		require.NoError(t, err)
+		require.Equal(t, l.Token(), c.Token())
+		require.Equal(t, before, f.token, "a child grant reached the backend")
+		require.NoError(t, c.Release())
+		h, err := m.Acquire(ctx, "b", RequestOptions{})
+		require.NoError(t, err)
+		both := WithLock(fctx, h)
+		require.ElementsMatch(t, []BackendHold{{Name: "a", Token: l.Token()}, {Name: "b", Token: h.Token()}}, CarriedHolds(both, f))
+		require.NoError(t, h.Release())
+		require.Equal(t, []BackendHold{{Name: "a", Token: l.Token()}}, CarriedHolds(both, f), "a released grant is not carried")
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, ol.Release())
+}

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
+	"github.com/shmlocks/shmlocks/internal/waitgraph"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -45,7 +47,7 @@ import (
 //     up for one cycle.
 //  5. It reads the table again: a cycle is real only if every request in it
 //     is the same request (slot and serial) in the same state, and every
-//     edge is still there (table.SameRequests): each waited, or was held,
+//     edge is still there (waitgraph.Confirmed): each waited, or was held,
 //     throughout the interval, so the snapshot's bucket-by-bucket latching
 //     cannot have composed a phantom. It hands each confirmed victim its
 //     verdict (the cycle, described, in its waiter) and wakes it (the
@@ -229,48 +231,36 @@ func (m *Manager) checkRound(ws []roundWaiter) error {
 		return nil
 	}
 	defer m.leave()
-	g, err := m.waitFor()
-	if err != nil {
-		return err
-	}
-	inCycle := g.InCycle()
-	if !slices.Contains(inCycle, true) {
-		return nil // the usual case: no cycle at all
-	}
-	type candidate struct {
-		rw    roundWaiter
-		cycle []int
-	}
-	var cands []candidate
-	for _, rw := range ws {
-		if i := g.Find(rw.ref.Slot, rw.ref.Serial); i >= 0 && inCycle[i] {
-			if c := g.CycleThrough(i, true); c != nil {
-				cands = append(cands, candidate{rw, c})
+	victim := map[int]roundWaiter{} // by the node of its request in the first read
+	g, cycles, err := waitgraph.Confirmed(m.snapshot, func(g *waitgraph.Graph) [][]int {
+		inCycle := g.InCycle()
+		if !slices.Contains(inCycle, true) {
+			return nil // the usual case: no cycle at all
+		}
+		var cycles [][]int
+		for _, rw := range ws {
+			if i := g.Find(rw.ref.Slot, rw.ref.Serial); i >= 0 && inCycle[i] {
+				if c := g.CycleThrough(i, true); c != nil { // c[0] is i
+					cycles = append(cycles, c)
+					victim[i] = rw
+				}
 			}
 		}
-	}
-	if len(cands) == 0 {
-		return nil
-	}
-	g2, err := m.waitFor()
+		return cycles
+	})
 	if err != nil {
 		return err
 	}
-	for _, c := range cands {
-		if table.SameRequests(g, g2, c.cycle) {
-			m.giveVerdict(c.rw, g.Describe(c.cycle))
-		}
+	for _, c := range cycles {
+		m.giveVerdict(victim[c[0]], g.Describe(c))
 	}
 	return nil
 }
 
-// waitFor reads the table (each bucket under its latch) into its wait-for graph.
-func (m *Manager) waitFor() (*table.WaitFor, error) {
-	held, pending, err := m.t.Snapshot(m.a)
-	if err != nil {
-		return nil, err
-	}
-	return table.NewWaitFor(held, pending), nil
+// snapshot reads the table (each bucket under its latch): the
+// waitgraph.Reader of this Manager.
+func (m *Manager) snapshot() (held, pending []table.LockInfo, err error) {
+	return m.t.Snapshot(m.a)
 }
 
 // WaitGraph is who waits for whom in the table at one moment: for every
@@ -299,8 +289,8 @@ type WaitNode struct {
 // WaitGraph reads the wait-for graph of the table (after reaping dead agents).
 func (m *Manager) WaitGraph(ctx context.Context) (WaitGraph, error) {
 	wg := WaitGraph{Waits: []WaitInfo{}, Cycles: [][]WaitNode{}}
-	if err := m.tableOnly("WaitGraph"); err != nil {
-		return wg, err
+	if m.be != nil {
+		return m.waitGraphBackend(ctx)
 	}
 	if m.closed.Load() {
 		return wg, ErrClosed
@@ -314,22 +304,21 @@ func (m *Manager) WaitGraph(ctx context.Context) (WaitGraph, error) {
 	if !m.enter() {
 		return wg, ErrClosed
 	}
-	var g *table.WaitFor
-	err := table.Guard(func() (err error) { g, err = m.waitFor(); return err })
+	var held, pending []table.LockInfo
+	err := table.Guard(func() (err error) { held, pending, err = m.snapshot(); return err })
 	m.leave()
 	if err != nil {
 		return wg, fmt.Errorf("wait graph: %w", err)
 	}
-	return WaitGraphOf(g), nil
+	return waitGraphOf(waitgraph.New(held, pending)), nil
 }
 
-// WaitGraphOf converts a table-level graph (shmlocks dump builds one from a
-// read-only mapping).
-func WaitGraphOf(g *table.WaitFor) WaitGraph {
+// waitGraphOf converts a table-level graph.
+func waitGraphOf(g *waitgraph.Graph) WaitGraph {
 	wg := WaitGraph{Waits: []WaitInfo{}, Cycles: [][]WaitNode{}}
 	node := func(i int) WaitNode {
 		li := g.Nodes[i]
-		return WaitNode{LockInfo{Name: li.Name, Mode: Mode(li.Mode), ClientID: ClientIDOf(li.Nonce), PID: li.PID}, g.Held(i)}
+		return WaitNode{LockInfo{Name: li.Name, Mode: Mode(li.Mode), ClientID: inspect.ClientID(li.Nonce), PID: li.PID}, g.Held(i)}
 	}
 	for i := g.NHeld; i < len(g.Nodes); i++ {
 		wi := WaitInfo{Request: node(i).LockInfo, WaitsFor: []WaitNode{}}

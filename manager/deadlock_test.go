@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/shmlocks/shmlocks/table"
 )
 
 // The deadlock tests use a short delay to stay fast.
@@ -225,7 +223,7 @@ func TestDeadlockNoFalsePositiveGoroutines(t *testing.T) {
 // the cycle (the victim had the cycle been real). B never checks (negative
 // delay); A's first check is due a second after it parks, long after B's
 // death (the check reaps the dead before it reads the graph; the survivors'
-// pidfd watchers usually reap it first).
+// reapers (pidfds) usually reap it first).
 func TestDeadlockDeadMemberIsNoCycle(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, dlOpts(-1))
@@ -270,55 +268,6 @@ func TestDeadlockDetectionOff(t *testing.T) {
 	a.Expect("done x")
 	b.Expect("acquired x")
 	check(t, m)
-}
-
-// The graph: hard and soft edges, task tags, the victim-only search and the
-// two-read comparison, on synthetic snapshots.
-func TestWaitForGraph(t *testing.T) {
-	w := func(slot, serial uint32, name string, mode uint32, agent uint32, since int64) table.LockInfo {
-		return table.LockInfo{Name: name, Mode: mode, Agent: agent, Slot: slot, Serial: serial, Since: since}
-	}
-	ex, sh := uint32(table.ModeExclusive), uint32(table.ModeShared)
-	// Agent 1 holds x (tagged for its wait on y, slot 5); agent 2 holds y
-	// (tagged for its wait on x, slot 6); a shared waiter (slot 7, agent 3)
-	// queued behind agent 2's exclusive wait on x.
-	hx := w(10, 1, "x", ex, 1, 0)
-	hx.Tag = table.TaskTag(table.Ref{Slot: 5, Serial: 9})
-	hy := w(11, 1, "y", sh, 2, 0)
-	hy.Tag = table.TaskTag(table.Ref{Slot: 6, Serial: 3})
-	held := []table.LockInfo{hx, hy}
-	pending := []table.LockInfo{w(5, 9, "y", ex, 1, 100), w(6, 3, "x", ex, 2, 200), w(7, 1, "x", sh, 3, 300)}
-	g := table.NewWaitFor(held, pending)
-	require.Equal(t, [][]int{{2}, {3}, {1}, {0}, {0, 3}}, g.Out)
-	require.Nil(t, g.CycleThrough(2, true), "slot 5 started first: not the victim")
-	require.Equal(t, []int{3, 0, 2, 1}, g.CycleThrough(3, true), "slot 6 is the victim")
-	require.Equal(t, []int{2, 1, 3, 0}, g.CycleThrough(2, false))
-	require.Nil(t, g.CycleThrough(4, true), "the shared waiter is in no cycle")
-	require.Equal(t, [][]int{{3, 0, 2, 1}}, g.Cycles())
-	require.True(t, table.SameRequests(g, table.NewWaitFor(held, pending), []int{3, 0, 2, 1}))
-	// A later request in slot 5 (another serial) is not the same request.
-	p2 := append([]table.LockInfo{}, pending...)
-	p2[0].Serial = 10
-	require.False(t, table.SameRequests(g, table.NewWaitFor(held, p2), []int{3, 0, 2, 1}))
-	// A tag with a stale serial links nothing.
-	h2 := append([]table.LockInfo{}, held...)
-	h2[0].Tag = table.TaskTag(table.Ref{Slot: 5, Serial: 8})
-	require.Nil(t, table.NewWaitFor(h2, pending).CycleThrough(3, false))
-	// Shared holders and a shared waiter do not wait for each other.
-	g3 := table.NewWaitFor([]table.LockInfo{w(1, 1, "s", sh, 1, 0)}, []table.LockInfo{w(2, 1, "s", sh, 2, 5)})
-	require.Empty(t, g3.Out[1])
-	require.Contains(t, g.Describe([]int{3, 0, 2, 1}), `waiting for "x" (exclusive) -> `)
-	require.Equal(t, []bool{true, true, true, true, false}, g.InCycle())
-
-	// The soft edges of a queue e s s e s behind an exclusive holder: each
-	// exclusive waiter points at the shared run before it and the exclusive
-	// one before that; a shared one at the last exclusive one before it.
-	q := []table.LockInfo{w(1, 1, "q", ex, 1, 1), w(2, 1, "q", sh, 2, 2), w(3, 1, "q", sh, 3, 3),
-		w(4, 1, "q", ex, 4, 4), w(5, 1, "q", sh, 5, 5)}
-	gq := table.NewWaitFor([]table.LockInfo{w(9, 1, "q", ex, 9, 0)}, q)
-	require.Equal(t, [][]int{nil, {0}, {0, 1}, {0, 1}, {0, 2, 3, 1}, {0, 4}}, gq.Out)
-	require.Equal(t, make([]bool, 6), gq.InCycle())
-	require.Empty(t, gq.Cycles())
 }
 
 func init() { crashScenarios["tag.partial"] = crashWhileTagging }

@@ -138,7 +138,7 @@ func TestStaleBootResetsAgents(t *testing.T) {
 	check(t, m2)
 }
 
-// The pidfd watcher reaps without a liveness check, trusting the record word
+// The reaper (pidfds) reaps without a liveness check, trusting the record word
 // it saw when it opened the pidfd; a record that holds another word by then
 // (the agent left and its record was reused) must be left alone.
 func TestReapExitedIsKeyedOnTheRecordWord(t *testing.T) {

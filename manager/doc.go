@@ -1,57 +1,26 @@
 // Package manager is the public API of shmlocks: the W3C Web Locks API for
 // the processes of one machine.
 //
-// A lock table file is the Web Locks storage bucket; every Manager opened on
-// it is an agent (a Web Locks client). Requests on a name are granted in FIFO
-// order: exclusive ones alone, a run of shared ones together, and a shared
-// request never overtakes a queued exclusive one. IfAvailable grants only
-// without waiting; Steal takes the lock from its holders (their Lost channel
-// closes and their Request returns ErrStolen) and goes first; cancelling the
-// ctx of a waiting request withdraws it. When a process dies, the other
-// agents release its locks and drop its requests within milliseconds. Every
-// grant carries a fencing token that strictly increases per name for the
-// life of the file.
+// Open maps a lock table file (the Web Locks storage bucket; created with
+// the geometry of OpenOptions when it does not exist) and registers the
+// process as an agent, a Web Locks client. Request runs a function while it
+// holds a lock on a name; Acquire is its handle form (the caller Releases
+// the Lock); Query lists every agent's held and pending requests; Close
+// releases what the Manager holds. OpenOptions sets the table's geometry
+// and fairness when it is created, and this Manager's spinning, statistics,
+// logger and deadlock delay; RequestOptions asks for a Shared lock,
+// IfAvailable or Steal.
 //
-//	Request/Acquire                Release                 Close
-//	      │                           │                      │
-//	      ▼                           ▼                      ▼
-//	validate ─▶ table.Acquire ─┬─▶ granted ─▶ *Lock ─▶ table.Release ─▶ grants next, rings its agent
-//	(closed,    (idle name:    │                                         if that request sleeps
-//	 name,       one CAS, no   └─▶ queued ─▶ spin on own slot (50µs ─▶ park on a channel
-//	 options,    latch; else   (at most 4 of   without a grant)            │
-//	 ctx)        the bucket    ours at once;     ▲                         │
-//	             latch)        else park)        │                         │
-//	                                             └── bell loop ◀── doorbell ◀─┘ (granter's byte;
-//	                                                   (netpoller)   our own sleepers: poked by slot,
-//	                                                                 no byte, no bell: pokeSlot)
-//	                                                 watcher: pidfds of the other agents → reap the dead
-//
-// Many goroutines of one process on one name form the local level of a
-// two-level queue: the Manager keeps its requests per name in queue order,
-// at most spinWindow of them spin, and the others are readied one grant
-// ahead of their turn when the grant before theirs comes from another
-// process, and at their grant when it comes from their own (the releaser,
-// a goroutine of the same Manager, pokes them by slot: table.DeliverLocal,
-// no syscall, no bell, no scan). When a process cannot spin all its
-// waiting requests on a crowded table (more agents than its CPUs, at least
-// GOMAXPROCS of its requests waiting), each grant of one of them readies
-// the next sleeping one of the same Manager to spin (relayNext), and while
-// more than GOMAXPROCS wait its spinners yield to the OS, not to its own
-// goroutines (spinYields). The table's queue alone decides grants, so FIFO
-// per request holds across processes (docs/design.md §4, "Many requests per
-// process"). The local level is waitlist.go (with the waiters' free list),
-// the wait itself (spin, park, relay, abort) wait.go, the one watch of a
-// context's Done channel that many parked requests share donewatch.go, and
-// what the bell loop does on a ring scan.go.
-// The waiting policy (waitpolicy.go) decides only who burns a
-// CPU: a process yields its CPU outside the queue (so that queues are made
-// of running processes) only while the table has more agents than it has
-// CPUs, or while none of its requests waits. With OpenOptions.HandOver
-// (off by default), turns.go decides who runs after a release: a release
-// that granted a sleeping request of its own Manager yields the P to it,
-// and while a goroutine sits in such a yield every 16th release yields
-// too, so that goroutines take turns at an emptied name (throughput for
-// short sections; fairness per goroutine is then the Go scheduler's).
+// Requests on a name are granted in FIFO order: exclusive ones alone, a run
+// of shared ones together, and a shared request never overtakes a queued
+// exclusive one. IfAvailable grants only without waiting; Steal takes the
+// lock from its holders (their Lost channel closes and their Request
+// returns ErrStolen) and goes first; cancelling the ctx of a waiting
+// request withdraws it. When a process dies, the other agents release its
+// locks and drop its requests within milliseconds. Every grant carries a
+// fencing token that strictly increases per name for the life of the file.
+// Errors are sentinels (ErrClosed, ErrNotSupported, ErrAborted, ...) to
+// match with errors.Is.
 //
 // A table created with OpenOptions.Fairness = Bounded(d) (fairness.go)
 // trades arrival order for throughput, as sync.Mutex does: a request may
@@ -75,21 +44,24 @@
 // WaitGraph (and shmlocks dump) shows whom each waiter waits for. See
 // docs/multi-and-deadlock.md.
 //
-// Waiting goroutines do not hold OS threads: 5,000 waiters in one process
-// use a handful. Every grant gets a Lock of its own, never reused, so that a
-// stale handle (or ctx) can never release (or carry) a later grant: Request
-// allocates its Lock together with fn's ctx (one 80-byte object, which fn
-// may keep), and Acquire, inlined into its caller, lets the compiler put the
-// Lock on the caller's stack when the handle does not outlive the caller's
-// frame (no heap allocation), else it is one 64-byte heap object. Release
-// retains nothing; Lost registers the Lock with the bell loop, so a caller
-// that calls Lost gets a heap Lock.
-//
 // WithLock (and the ctx of Request's fn) makes a request on a lock the caller
 // already holds a child grant instead of a self-deadlock, and an upgrade
 // ErrWouldDeadlock. Children of one grant exclude each other as requests of
 // the name do, and end (as a loss) before their parent's release gives the
 // name up. See docs/multi-and-deadlock.md §3.
+//
+// Every grant gets a Lock of its own, never reused, so that a stale handle
+// (or ctx) can never release (or carry) a later grant. Acquire, inlined
+// into its caller, lets the compiler keep the Lock on the caller's stack
+// when the handle does not outlive the caller's frame; Request allocates
+// its Lock together with fn's ctx, which fn may keep. Waiting goroutines do
+// not hold OS threads: 5,000 waiters in one process use a handful.
+//
+// Seeing the locks (docs/cli.md): OpenOptions.Stats makes a Manager count
+// its requests by mode and outcome, their waits, steals, lost locks, reaps
+// and repairs (Stats); OpenOptions.Logger receives reaps, latch takeovers,
+// corrupt tables and steals; Locker adapts a name to sync.Locker; Check
+// runs the table's consistency checker.
 //
 // Features built on the Manager are packages beside it, as singleflight
 // sits beside sync: github.com/shmlocks/shmlocks/coalesce runs idempotent
@@ -98,13 +70,49 @@
 // them: it admits their reserved lock names (starting with '-') and hands
 // them a record store beside the table (internal/seam).
 //
-// Seeing the locks (docs/cli.md): OpenOptions.Stats makes a Manager count
-// its requests by mode and outcome, their waits, steals, lost locks, reaps
-// and repairs (Stats; off by default, so the request path only tests one
-// field); OpenOptions.Logger receives reaps, latch takeovers, corrupt
-// tables and steals (events.go); Locker adapts a name to sync.Locker.
+// # Inside: how a waiting request is woken
 //
-// See docs/design.md for the file layout, the state
-// machines, the memory-ordering argument, the invariants (Manager.Check runs
-// the checker on a live table) and the failure model.
+//	Request/Acquire                Release                 Close
+//	      │                           │                      │
+//	      ▼                           ▼                      ▼
+//	validate ─▶ table.Acquire ─┬─▶ granted ─▶ *Lock ─▶ table.Release ─▶ grants next; deliver:
+//	(closed,    (idle name:    │                                         poke ours, ring others
+//	 name,       one CAS, no   └─▶ queued ─▶ spin on own slot ──▶ park on its channel
+//	 options,    latch; else                 (SpinLimit without      ▲        │
+//	 ctx)        the bucket                   a grant)               │ poke   │
+//	             latch)                                              │        │
+//	                       doorbell ─▶ bell loop ─▶ scan ────────────┘        │
+//	                       (a ring)    (netpoller)                            │
+//	                       reaper: pidfds of the other agents ─▶ reap the dead┘
+//
+// The words of the wake-up path, one concept each:
+//
+//   - spin: a queued request looks at its own slot word in a loop, on its
+//     CPU, while its name's queue moves (wait.go; who may spin is the
+//     waiting policy's, waitpolicy.go).
+//   - park: a request that stops spinning sleeps on its own channel
+//     (wait.go), registered with its Manager's waiters (waitlist.go).
+//   - deliver: after a table operation, hand out the wake-ups it left
+//     (table.Wakes): poke our own parked requests, ring the other agents.
+//   - poke: wake one parked request of this Manager through its channel,
+//     by slot; no syscall (scan.go, pokeSlot).
+//   - ring: wake another agent: one byte to its doorbell (doorbell_*.go).
+//   - doorbell: an agent's receiving end of rings (a datagram socket on
+//     Linux, a polled word elsewhere); the bell loop is the goroutine that
+//     waits on it and runs a scan per ring.
+//   - scan: look at every parked request and held lock of this Manager,
+//     poke the requests whose slot changed, mark lost the locks stolen
+//     (scan.go).
+//   - ready: poke a parked request so that it spins again before its
+//     grant: one grant ahead of its turn (wake-ahead, from a scan) or at
+//     the grant of the request before it of the same Manager (relay,
+//     relayNext, on a crowded table).
+//   - kick: ask the reaper, the death watcher, to refresh the set of
+//     agents it watches (reaper_*.go).
+//
+// The turn rules (turns.go, OpenOptions.HandOver) decide who runs after a
+// release; the table's queue alone decides grants, so FIFO per request
+// holds across processes. docs/design.md §4 ("Who wakes whom") gives the
+// protocol, and the file layout, state machines, memory-ordering argument,
+// invariants and failure model are in the rest of docs/design.md.
 package manager

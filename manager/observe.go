@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -74,8 +75,8 @@ func (s NameState) Grantable(mode Mode) bool {
 // is Request's (closed, name, ctx). A dead holder is shown until it is reaped.
 func (m *Manager) State(ctx context.Context, name string) (NameState, error) {
 	st := NameState{Name: name, Held: []RequestState{}, Pending: []RequestState{}}
-	if err := m.tableOnly("State"); err != nil {
-		return st, err
+	if m.be != nil {
+		return m.stateBackend(ctx, name)
 	}
 	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
 		return st, err
@@ -99,7 +100,7 @@ func nameState(name string, ni *table.NameInfo) NameState {
 func requestStates(in []table.LockInfo) []RequestState {
 	out := make([]RequestState, len(in))
 	for i, li := range in {
-		out[i] = RequestState{Mode: Mode(li.Mode), ClientID: ClientIDOf(li.Nonce), PID: li.PID, Token: li.Token}
+		out[i] = RequestState{Mode: Mode(li.Mode), ClientID: inspect.ClientID(li.Nonce), PID: li.PID, Token: li.Token}
 		if li.Since > 0 {
 			out[i].Since = time.Unix(0, li.Since)
 		}
@@ -120,8 +121,8 @@ func requestStates(in []table.LockInfo) []RequestState {
 // then ctx. While it waits it uses one request slot (ErrTableFull when none
 // is free).
 func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) error {
-	if err := m.tableOnly("WaitUnlocked"); err != nil {
-		return err
+	if m.be != nil {
+		return m.waitUnlockedBackend(ctx, name, mode)
 	}
 	if err := m.validate(ctx, name, RequestOptions{Mode: mode}); err != nil {
 		return err
@@ -169,8 +170,8 @@ func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) erro
 // tokens, but a watched name's locks take the latched path instead of the
 // uncontended one.
 func (m *Manager) Watch(ctx context.Context, name string) (<-chan NameState, error) {
-	if err := m.tableOnly("Watch"); err != nil {
-		return nil, err
+	if m.be != nil {
+		return m.watchBackend(ctx, name)
 	}
 	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
 		return nil, err
@@ -291,7 +292,7 @@ func (m *Manager) observe(name string, h uint64, mode uint32) (o *observer, err 
 		m.drop(o)
 		return nil, err
 	}
-	m.watch.kick() // watch the other agents' processes: a dead holder is reaped
+	m.reaper.kick() // watch the other agents' processes: a dead holder is reaped
 	return o, nil
 }
 
@@ -392,8 +393,8 @@ func (o *observer) poke() {
 	}
 }
 
-// watching reports whether this Manager has registered watches (the pidfd
-// watcher then watches the other agents, as for waiting requests).
+// watching reports whether this Manager has registered watches (the
+// reaper then watches the other agents, as for waiting requests).
 func (m *Manager) watching() bool { return m.obs.n.Load() > 0 }
 
 // wrapName wraps a non-nil err with what was done and the name.

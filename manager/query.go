@@ -3,8 +3,8 @@ package manager
 import (
 	"context"
 	"fmt"
-	"strconv"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -59,10 +59,7 @@ func (m *Manager) Query(ctx context.Context) (Snapshot, error) {
 func convertInfos(in []table.LockInfo) []LockInfo {
 	out := make([]LockInfo, len(in))
 	for i, li := range in {
-		out[i] = LockInfo{Name: li.Name, Mode: Mode(li.Mode), ClientID: ClientIDOf(li.Nonce), PID: li.PID}
+		out[i] = LockInfo{Name: li.Name, Mode: Mode(li.Mode), ClientID: inspect.ClientID(li.Nonce), PID: li.PID}
 	}
 	return out
 }
-
-// ClientIDOf returns the client id of the agent with the given nonce.
-func ClientIDOf(nonce uint64) string { return strconv.FormatUint(nonce, 16) }

@@ -153,11 +153,12 @@ func (m *Manager) reenter(ctx context.Context, name string, mode Mode) error {
 // kinship is the bookkeeping of a grant's children (in the grant's
 // lockExt, under its mu).
 type kinship struct {
-	end    uint64       // 0 while the grant is held; then why it ended (lockReleased, lockStolen, lockClosed)
-	excl   bool         // an exclusive child is held
-	shared int          // shared children held
-	live   []*lockExt   // the held children
-	queue  []*kidWaiter // the waiting children, in arrival order
+	end    uint64        // 0 while the grant is held; then why it ended (lockReleased, lockStolen, lockClosed)
+	ended  chan struct{} // of a backend grant whose loss is watched: closed with end (watchBackendLoss)
+	excl   bool          // an exclusive child is held
+	shared int           // shared children held
+	live   []*lockExt    // the held children
+	queue  []*kidWaiter  // the waiting children, in arrival order
 }
 
 // kidWaiter is a waiting child request.
@@ -260,6 +261,7 @@ func (m *Manager) enterChild(ctx context.Context, p *Lock, name string, opts Req
 		k.admit(kid)
 		pe.mu.Unlock()
 		p.watch() // a table grant: its steal or reap must reach its children
+		pe.watchBackendLoss()
 		return kid, nil
 	}
 	if opts.IfAvailable {
@@ -286,7 +288,36 @@ func (m *Manager) enterChild(ctx context.Context, p *Lock, name string, opts Req
 	if !w.granted {
 		return nil, errParentGone
 	}
+	pe.watchBackendLoss()
 	return kid, nil
+}
+
+// watchBackendLoss makes the loss of e's grant, a backend's, end its
+// children (a table grant's loss does so in markLost; a backend closes its
+// grant's lost channel itself, so someone must watch it): once per grant,
+// a goroutine waits for the loss or for the children's end.
+func (e *lockExt) watchBackendLoss() {
+	bk := e.bk
+	if bk == nil {
+		return
+	}
+	e.mu.Lock()
+	k := e.kinLocked()
+	if k.ended != nil || k.end != 0 {
+		e.mu.Unlock()
+		return
+	}
+	ended := make(chan struct{})
+	k.ended = ended
+	e.mu.Unlock()
+	bk.watch()
+	go func() {
+		select {
+		case <-bk.Lost:
+			e.endKids(lockStolen)
+		case <-ended:
+		}
+	}()
 }
 
 // endKids ends e's grant's children (e's grant ended, why: lockReleased,
@@ -301,6 +332,9 @@ func (e *lockExt) endKids(why uint64) {
 		return
 	}
 	k.end = why
+	if k.ended != nil {
+		close(k.ended) // the backend loss watch is done
+	}
 	live := k.live
 	for _, w := range k.queue {
 		w.decided = true

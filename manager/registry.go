@@ -9,10 +9,9 @@ import "sync/atomic"
 // serial is kept here, with the pointer. Few Locks are ever registered,
 // and a table may have a million slots, so the registry is made of chunks
 // allocated on first use: the garbage collector scans the chunk pointers and
-// the chunks in use, not a pointer per slot of the table. (A flat slice of
-// 32,768 pointers, the default MaxRequests, was scanned on every collection:
-// 17% of the profile of an uncontended Acquire+Release, which allocates;
-// 134 -> 118 ns side by side without it.)
+// the chunks in use, not a pointer per slot of the table (a flat slice of
+// pointers, one per slot, was scanned on every collection: a large share of
+// an uncontended Acquire+Release; docs/experiments.md).
 // Every access is lock-free; a chunk, once allocated, stays (slotIndex).
 type registry struct{ idx slotIndex[regEntry] }
 

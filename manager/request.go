@@ -288,29 +288,5 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 }
 
 // mono is the waiting policy's monotonic clock: the table's (a park may
-// use its enqueue's reading, Agent.RecentMono).
+// use its enqueue's reading, table.EnqueuedMono).
 func (m *Manager) mono() int64 { return table.MonoNow() }
-
-// reapHolders reaps the dead agents among name's holders and queue, so that
-// an if-available request does not fail because of a process that is gone.
-// It looks at most once a millisecond per Manager (a liveness check reads
-// /proc) and reports whether it reaped anyone.
-func (m *Manager) reapHolders(name string, h uint64) bool {
-	now := time.Now().UnixNano()
-	last := m.lastInWay.Load()
-	if now-last < int64(time.Millisecond) || !m.lastInWay.CompareAndSwap(last, now) {
-		return false
-	}
-	agents := m.t.AgentsInWay(m.a, name, h)
-	reaped := false
-	var w table.Wakes
-	for _, idx := range agents {
-		if dead, word := m.t.AgentDeadWord(idx); dead {
-			if m.t.Reap(m.a, idx, word, &w) == nil {
-				reaped = true
-			}
-		}
-	}
-	m.deliver(&w)
-	return reaped
-}

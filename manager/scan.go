@@ -10,6 +10,21 @@ import (
 // wake the parked requests whose slot changed or that became the head of
 // their queue, and mark lost the held locks that were stolen.
 
+// wakes are how a Manager is woken and wakes others: its doorbell and the
+// bell loop that waits on it, the death watcher, and the functions a
+// grant's wakes are delivered with (bound once, so that a delivery
+// allocates nothing).
+type wakes struct {
+	bell     *doorbell
+	reaper   *reaper
+	ringFn   func(agent uint32, nonce uint64) // ring
+	pokeFn   func(slot uint32)                // pokeSlot
+	faultFn  func()                           // noteFault (EndGuard's onFault)
+	lastBell atomic.Uint32                    // the bell word at the last scan
+	loops    atomic.Uint64                    // bell-loop rounds done (tests wait for one after a change)
+	lastStl  atomic.Uint32                    // the steal word at the last scan
+}
+
 // scan looks at every waiting request and held lock of this Manager: wakes
 // the waiters whose slot changed and marks lost the locks that were stolen.
 // With force it looks even if the sequence words did not change.
@@ -86,5 +101,31 @@ func (m *Manager) loseIfGone(slot uint32, e *regEntry) {
 		if mine && st == table.SlotStolen && serial == e.serial {
 			m.t.FreeStolen(m.a, table.Ref{Slot: slot, Serial: serial})
 		}
+	}
+}
+
+// ring is called by Deliver for an agent that must be woken.
+func (m *Manager) ring(agent uint32, nonce uint64) {
+	if m.a != nil && agent == m.a.Idx {
+		m.scan(false)
+		return
+	}
+	m.bell.ring(nonce)
+}
+
+// deliver delivers w: a sleeping request of this Manager that was granted
+// or made the head is poked directly (pokeSlot), every other agent rung.
+// It returns how many requests of ours it poked.
+func (m *Manager) deliver(w *table.Wakes) int {
+	return m.t.DeliverLocal(w, m.a.Idx, m.pokeFn, m.ringFn)
+}
+
+// pokeSlot pokes the parked waiter of ours at slot s, if any. A waiter
+// is indexed before it sets its park mark, and a poke only makes it look
+// at its slot again, so a poke for a waiter that has just left (or for
+// the next request parked at the same slot) costs one look.
+func (m *Manager) pokeSlot(s uint32) {
+	if w := m.bySlot.load(s); w != nil {
+		w.poke()
 	}
 }

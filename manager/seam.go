@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/internal/seam"
+	"github.com/shmlocks/shmlocks/internal/waitgraph"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -12,7 +14,20 @@ import (
 // a Manager's name rules, a record store per feature in its bucket, and
 // requests on reserved names (validate admits a name starting with '-'
 // from a ctx marked by seam.Reserved). The Manager knows none of them.
-func init() { seam.Register(bucketOf) }
+func init() {
+	seam.Register(bucketOf)
+	inspect.Register(tableOf)
+	waitgraph.RegisterPublic(func(g *waitgraph.Graph) any { return waitGraphOf(g) })
+}
+
+// tableOf is inspect.Table for m, which must be a *Manager: our own tools
+// (shmlocks dump, the prom Collector) read the table behind it.
+func tableOf(x any) (*table.Table, *table.Agent) {
+	if m, _ := x.(*Manager); m != nil {
+		return m.t, m.a
+	}
+	return nil, nil
+}
 
 // bucketOf is seam.Open for m, which must be a *Manager.
 func bucketOf(x any, feature string) (seam.Bucket, error) {

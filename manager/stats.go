@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -62,10 +63,11 @@ func outcomeOf(err error) Outcome {
 	return OutcomeFailed
 }
 
-// WaitBounds are the upper bounds (inclusive) of the wait-time histogram's
-// buckets: 1 µs, 4 µs, 16 µs, ... 4^13 µs (about 67 s); a last bucket,
-// WaitHistogram.Counts[len(WaitBounds)], holds the longer waits.
-var WaitBounds = func() [14]time.Duration {
+// waitBounds are the upper bounds (inclusive) of the wait-time histogram's
+// buckets (WaitHistogram.Bound): 1 µs, 4 µs, 16 µs, ... 4^13 µs (about
+// 67 s); a last bucket, WaitHistogram.Counts[len(waitBounds)], holds the
+// longer waits.
+var waitBounds = func() [14]time.Duration {
 	var b [14]time.Duration
 	for i := range b {
 		b[i] = time.Microsecond << (2 * i)
@@ -74,26 +76,36 @@ var WaitBounds = func() [14]time.Duration {
 }()
 
 // waitBucket returns the index of the bucket of a wait of ns nanoseconds:
-// the first i with ns ≤ WaitBounds[i], or len(WaitBounds).
+// the first i with ns ≤ waitBounds[i], or len(waitBounds).
 func waitBucket(ns int64) int {
 	if ns <= 1000 {
 		return 0
 	}
 	us := uint64(ns-1) / 1000 // ns in (4^(i-1) µs, 4^i µs] gives i
 	i := (bits.Len64(us) + 1) / 2
-	return min(i, len(WaitBounds))
+	return min(i, len(waitBounds))
 }
 
 // WaitHistogram is the distribution of the time granted requests spent
 // queued, from joining their name's queue to the grant; a request granted
 // without queueing counts as a wait of 0 (the clock is read only for a
 // request that queues). Counts are per bucket (not cumulative); Counts[i]
-// counts the waits in (WaitBounds[i-1], WaitBounds[i]], the last element
-// those above the last bound.
+// counts the waits in (Bound(i-1), Bound(i)], the last element those above
+// the last bound.
 type WaitHistogram struct {
-	Counts [len(WaitBounds) + 1]uint64
+	Counts [len(waitBounds) + 1]uint64
 	Count  uint64        // every recorded wait
 	Sum    time.Duration // their total
+}
+
+// Bound returns the upper bound (inclusive) of bucket i of Counts: 1 µs,
+// 4 µs, 16 µs, ... 4^13 µs (about 67 s) for i from 0 to len(Counts)-2;
+// the last bucket has none (math.MaxInt64).
+func (WaitHistogram) Bound(i int) time.Duration {
+	if i < len(waitBounds) {
+		return waitBounds[i]
+	}
+	return math.MaxInt64
 }
 
 // Stats is a snapshot of a Manager's counters (see OpenOptions.Stats) and of
@@ -142,7 +154,7 @@ type stats struct {
 // once are the granted outcomes not counted here (Stats adds them to the
 // first bucket).
 type waitCounters struct {
-	counts [len(WaitBounds) + 1]atomic.Uint64
+	counts [len(waitBounds) + 1]atomic.Uint64
 	n      atomic.Uint64 // the sum of counts
 	sum    atomic.Int64
 }

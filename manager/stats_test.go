@@ -10,15 +10,15 @@ import (
 )
 
 func TestWaitBucket(t *testing.T) {
-	require.Equal(t, 14, len(WaitBounds))
-	require.Equal(t, time.Microsecond, WaitBounds[0])
-	require.Greater(t, WaitBounds[len(WaitBounds)-1], 60*time.Second, "tens of seconds")
+	require.Equal(t, 14, len(waitBounds))
+	require.Equal(t, time.Microsecond, waitBounds[0])
+	require.Greater(t, waitBounds[len(waitBounds)-1], 60*time.Second, "tens of seconds")
 	cases := []struct {
 		d    time.Duration
 		want int
 	}{{0, 0}, {1, 0}, {time.Microsecond, 0}, {time.Microsecond + 1, 1}, {4 * time.Microsecond, 1},
-		{4*time.Microsecond + 1, 2}, {time.Hour, len(WaitBounds)}}
-	for i, b := range WaitBounds {
+		{4*time.Microsecond + 1, 2}, {time.Hour, len(waitBounds)}}
+	for i, b := range waitBounds {
 		cases = append(cases, struct {
 			d    time.Duration
 			want int
@@ -107,7 +107,7 @@ func TestStatsCountsRequests(t *testing.T) {
 	// The long wait is in a bucket whose bound is at least quietPeriod.
 	long := 0
 	for i, n := range ex.Counts {
-		if n > 0 && (i == len(WaitBounds) || WaitBounds[i] >= quietPeriod) {
+		if n > 0 && (i == len(waitBounds) || waitBounds[i] >= quietPeriod) {
 			long += int(n)
 		}
 	}

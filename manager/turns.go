@@ -26,25 +26,22 @@ import (
 //     ours yields too, even one that granted nobody. Once the hand-overs
 //     have run a queue empty, the releaser would otherwise take the idle
 //     name again and again by the uncontended path until preempted (10 ms)
-//     while its siblings wait in the run queue (1 x 64: max/min of grants
-//     per goroutine 48-74 without it, 1.01-1.03 with it).
+//     while its siblings wait in the run queue.
 //
 // The goroutines in Go's run queue have not asked for the lock, so
-// fairness per goroutine is the scheduler's, not the queue's: with 1 µs
-// sections max/min was 1.1-4.2 (goroutines yielded to the global run queue
-// wait there while others circulate through the Ps' runnext slots). Hence
-// off by default (docs/experiments.md).
+// fairness per goroutine is the scheduler's, not the queue's (goroutines
+// yielded to the global run queue wait there while others circulate
+// through the Ps' runnext slots). Hence off by default (docs/experiments.md).
 //
 // On a crowded table (more agents than this process has usable CPUs,
 // waitpolicy.go) neither rule yields: there a yield keeps a second
 // goroutine of ours runnable (the releaser) while the other processes'
-// holders need the CPUs (4 processes x 4 goroutines on 2 vCPUs: 0.11x
-// flock's ops/s with the yields, 0.18x without).
+// holders need the CPUs.
 
 // turnBatch is how many releases of a Manager pass between two
-// turn-taking yields while one of its goroutines is in a yield: 16 kept
-// 1 x 64 at 1.01 max/min per goroutine and 10x flock (4: 8.9x, 64:
-// 11.9x; docs/experiments.md).
+// turn-taking yields while one of its goroutines is in a yield: often
+// enough for grants per goroutine to stay even, rarely enough to keep the
+// hand-overs' throughput (docs/experiments.md).
 const turnBatch = 16
 
 // afterRelease applies the two rules after a release of ours that

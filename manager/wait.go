@@ -86,13 +86,13 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 	// The park's clock, for the waiting policy's view of the machine and
 	// the watch: the reading of our enqueue a moment ago, unless we spun
 	// first (a spin may last long while the queue moves).
-	now := m.a.RecentMono()
+	now := m.t.EnqueuedMono(ref)
 	if placed {
 		now = m.mono()
 	}
 	m.refreshView(now)
-	if first || m.watch.stale(now) {
-		m.watch.kick() // watch the agents in our way (a refresh per park cost 18% of the CPU at 1 x 64)
+	if first || m.reaper.stale(now) {
+		m.reaper.kick() // watch the agents in our way (at most once per kickEvery: a refresh per park is costly)
 	}
 	if holds := carriedRefs(ctx); len(holds) > 0 {
 		m.tagCarried(w, holds) // so that the wait-for graph goes through them (deadlock.go)
@@ -320,9 +320,8 @@ func (m *Manager) abort(ctx context.Context, name string, ref table.Ref) (uint64
 // that spins when its turn comes is handed the lock in a hand-off of
 // memory, where one that sleeps in a process the granter must
 // wake through the doorbell costs a chain of thread wake-ups (a sendto, the
-// bell loop's netpoller thread, then a thread to run the waiter: 25-35 µs
-// per grant that crosses processes with 4 processes x 3 goroutines on 2
-// vCPUs and every request parked; docs/experiments.md). This is the
+// bell loop's netpoller thread, then a thread to run the waiter;
+// docs/experiments.md). This is the
 // two-level queue's "each grant readies the next local request"
 // (docs/design.md §4); the table's queue alone decides the order. Only when
 // relays says so (a crowded table, more of our requests waiting than we

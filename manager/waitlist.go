@@ -10,6 +10,19 @@ import (
 // The local level of the two-level queue: this Manager's parked requests
 // per name, in the table queue's order, and the channels that wake them.
 
+// waiters are a Manager's parked requests: by slot (for a poke by slot,
+// read without mu) and per name in queue order, with a free list of
+// waiters kept for reuse. mu guards them, the done watches (donewatch.go)
+// and the deadlock rounds' bookkeeping (deadlock.go).
+type waiters struct {
+	mu          sync.Mutex
+	nwait       int                  // our parked requests (in queues)
+	bySlot      slotIndex[waiter]    // the same by slot, read without mu (pokeSlot)
+	queues      map[string]*waitList // the same, per name in queue order
+	freeWaiters *waiter              // removed waiters kept for reuse, linked by next
+	nfree       int                  // waiters on freeWaiters
+}
+
 // waiter is a goroutine waiting for its request to be granted.
 type waiter struct {
 	ref   table.Ref
@@ -101,8 +114,8 @@ func (m *Manager) removeWaiter(w *waiter) {
 
 // newWaiter returns a waiter for request ref of name at place seq of its
 // queue (m.mu held): a recycled one if this Manager has one, else a new one
-// (a waiter per park was 7% of the CPU, with the collector's work, at 1 x 64
-// in-process). Its channel comes with it, emptied of any late poke.
+// (an allocation per park is a cost every contended grant would pay, with
+// the collector's work). Its channel comes with it, emptied of any late poke.
 func (m *Manager) newWaiter(ref table.Ref, name string, seq uint32) *waiter {
 	w := m.freeWaiters
 	if w == nil {
@@ -158,8 +171,9 @@ func (m *Manager) dropWaiter(w *waiter) {
 const maxFreeWaiters = 256
 
 // pokeChans recycles the waiters' poke channels (one allocation per park
-// fewer: makechan and the collector's assists were 9% of the CPU with 64
-// goroutines of one process on one name). A channel may be poked after its
+// fewer: makechan and the collector's assists are a visible share of the
+// CPU when many goroutines of one process contend; docs/experiments.md).
+// A channel may be poked after its
 // waiter left (pokeSlot read the waiter just before it left, a deadlock
 // round holds it): the token makes the channel's next waiter look at its
 // slot once more, which every poke may do anyway.
@@ -187,4 +201,11 @@ func (w *waiter) poke() {
 	case w.ch <- struct{}{}:
 	default:
 	}
+}
+
+// parkedWaiters returns how many requests of ours are registered as parked.
+func (m *Manager) parkedWaiters() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.nwait
 }

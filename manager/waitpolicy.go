@@ -12,6 +12,33 @@ import (
 // table's queue does, in order (docs/design.md §4). It decides who burns
 // a CPU, and when.
 
+const (
+	// yieldEvery: a Manager that has run for this long since it last gave
+	// up its CPU does so before its next request joins a queue (it checks
+	// on every request that finds its name taken, and on every release of
+	// a token that is a multiple of yieldCheckOps), never while it holds or
+	// waits.
+	yieldEvery    = 50 * time.Microsecond
+	yieldCheckOps = 32
+	// goschedEvery: a spinning request that need not yield between looks
+	// (spinLooksOnly: a P free for the rest of its process, no request of
+	// its Manager parked) gives its P to the process's other goroutines
+	// this often, instead of after every look.
+	goschedEvery = 10 * time.Microsecond
+)
+
+// machineView is what the waiting policy knows of the machine and of its
+// own spinners; the machine is looked up at most every 100 ms (refreshView).
+type machineView struct {
+	spinners  atomic.Int32 // requests of ours in spinHead now
+	lastYield atomic.Int64 // m.mono() when this Manager last got its CPU back from a yield
+	cpuAt     atomic.Int64 // m.mono() when cpus, usable and agents were last looked up (0: never)
+	cpus      atomic.Int32 // CPUs this process may run on (its affinity), as of cpuAt
+	usable    atomic.Int32 // min(cpus, GOMAXPROCS), as of cpuAt
+	procs     atomic.Int32 // GOMAXPROCS, as of cpuAt
+	agents    atomic.Int32 // live agents on the table, as of cpuAt
+}
+
 // yieldDue reports whether this Manager has kept its CPU for yieldEvery.
 func (m *Manager) yieldDue() bool {
 	return m.mono()-m.lastYield.Load() > int64(yieldEvery)
@@ -39,14 +66,12 @@ func (m *Manager) yieldIfDue() {
 // The yield is there so that the queue is made of processes that run: with
 // more lockers than CPUs, a process that queues and is then preempted
 // stalls every grant after its own. With no more lockers than CPUs they can
-// all run at once, and a yield helps only the others' fast paths (2
-// processes, one goroutine each: 25-33x flock's ops/s without it, 28-35x
-// with it). But while a request of the yielding process waits in a queue,
-// the yield stalls that request: on EEVDF a sched_yield forfeits the rest
-// of the caller's time slice, and the request readied one grant ahead (a
-// call within the process) waits in the yielding thread's run queue.
-// 2 processes x 4 goroutines: 0.08x flock's ops/s with those yields, 1.6x
-// without (docs/experiments.md).
+// all run at once, and a yield helps only the others' fast paths. But
+// while a request of the yielding process waits in a queue, the yield
+// stalls that request: on EEVDF a sched_yield forfeits the rest of the
+// caller's time slice, and the request readied one grant ahead (a call
+// within the process) waits in the yielding thread's run queue
+// (docs/experiments.md has the measurements).
 func yieldsOutsideQueue(agents, cpus int, waiting bool) bool {
 	return agents > cpus || !waiting
 }
@@ -117,16 +142,13 @@ func (m *Manager) refreshView(now int64) {
 // its Manager's requests sleep (parked) and spin (spinners) now, and
 // whether the table has more agents than this process has CPUs (crowded).
 // Behind spinWindow or more of its own waiting requests, an arrival sleeps
-// at once: it is far from its turn (with 64 goroutines of one process on
-// one name, letting it spin when a place was free kept goschedImpl at 28%
-// of the CPU), and it is readied one grant ahead of its turn. With fewer
-// waiting it spins even if one of them sleeps (a sibling that parked after
-// a stall of its name): parking it too left 2 processes x 4 goroutines with
-// every request asleep and each grant waiting for a wake-up. On a crowded
-// table the CPUs are what the other processes' holders and next requests
-// need, so an arrival spins only while at most one request of its Manager
-// waits (4 x 4 on 2 vCPUs: 0.030x flock's ops/s with the uncrowded bound,
-// 0.046x with this one; 8 x 2, one waiting sibling at most, unchanged).
+// at once: it is far from its turn (its spin would only keep the
+// runtime's scheduler busy), and it is readied one grant ahead of its
+// turn. With fewer waiting it spins even if one of them sleeps (a sibling
+// that parked after a stall of its name): parking it too can leave every
+// request asleep and each grant waiting for a wake-up. On a crowded table
+// the CPUs are what the other processes' holders and next requests need,
+// so an arrival spins only while at most one request of its Manager waits.
 // docs/experiments.md has the measurements.
 func arrivalSpins(parked uint32, spinners int32, crowded bool) bool {
 	limit := int64(spinWindow)
@@ -197,12 +219,9 @@ func spinStep(i int, oneCPU, yields bool) spinAction {
 // process's usable CPUs) while they are at least as many as its Ps
 // (procs), one of them asleep. That is when a process cannot spin all its
 // waiting requests and the next grant of its own on the name, a few grants
-// away, would otherwise wait for the doorbell's chain of thread wake-ups
-// (4 x 4 on 2 vCPUs: 0.04x → 0.14-0.19x flock's ops/s with spinYields;
-// docs/experiments.md). With fewer, its requests spin on arrival anyway:
-// readying a sibling asleep after a stall (8 processes x 2 goroutines) made
-// the row slower (side by side, medians 2.50x against 2.66x flock, runs
-// down to 0.90x).
+// away, would otherwise wait for the doorbell's chain of thread wake-ups.
+// With fewer, its requests spin on arrival anyway, and readying a sibling
+// asleep after a stall only costs (docs/experiments.md).
 func relays(crowded bool, parked uint32, spinners, procs int32) bool {
 	return crowded && parked > 0 && int64(parked)+int64(spinners) >= int64(procs)
 }
@@ -215,12 +234,9 @@ func relays(crowded bool, parked uint32, spinners, procs int32) bool {
 // asleep. Then the queue holds requests whose processes must be scheduled
 // before their grants complete (their requests sleep, since the process
 // cannot spin them all), and a waiter that keeps its CPU with Gosched keeps
-// them off it: 4 processes x 4 goroutines on 2 vCPUs did 0.04x flock's
-// ops/s that way, 0.14-0.19x with these yields and relayNext's readying
-// (docs/experiments.md). With no more waiting requests than Ps (8
-// processes x 2 goroutines, 4 x 2) every queued request spins on a CPU of
-// its own process and the yields only cost: 8 x 2 fell from about 2M ops/s
-// to under 0.3M with them.
+// them off it. With no more waiting requests than Ps every queued request
+// spins on a CPU of its own process and the yields only cost
+// (docs/experiments.md).
 func spinYields(crowded bool, parked uint32, spinners, procs int32) bool {
 	return crowded && parked > 0 && int64(parked)+int64(spinners) > int64(procs)
 }
@@ -230,13 +246,11 @@ func spinYields(crowded bool, parked uint32, spinners, procs int32) bool {
 // Manager's requests wait: arrivalSpins); the others park at once, and each
 // is readied when it becomes the head of its name's queue, one grant ahead
 // of its turn (wakeAhead), or at its grant when its Manager's own request
-// holds the name (a poke by slot within the process, not a syscall). More spinners than Ps make every
-// spinner's Gosched a trip through the runtime's run queues and keep the
-// holder, often a goroutine of the same process, off a P: with 64
-// goroutines of one process on one name, 80% of the CPU went to
-// goschedImpl. 4 leaves the rows that did well with every waiter spinning
-// (1 x 4, 2 x 4, 8 x 2: at most 3 waiting per process) as they were
-// (docs/design.md §4).
+// holds the name (a poke by slot within the process, not a syscall). More
+// spinners than Ps make every spinner's Gosched a trip through the
+// runtime's run queues and keep the holder, often a goroutine of the same
+// process, off a P; 4 leaves the workloads with at most 3 waiting requests
+// per process spinning as before (docs/design.md §4, docs/experiments.md).
 const spinWindow = 4
 
 // takeSpinPlace takes one of the spinWindow places of this Manager's

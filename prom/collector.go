@@ -9,8 +9,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
+	"github.com/shmlocks/shmlocks/internal/tablemetrics"
 	"github.com/shmlocks/shmlocks/manager"
-	"github.com/shmlocks/shmlocks/table/tablemetrics"
 )
 
 // Options configure a Collector. nil means the zero Options.
@@ -128,11 +129,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				counter(c.requests, st.Requests[mi][o], mode.String(), o.String())
 			}
 			h := st.Wait[mi]
-			buckets := make(map[float64]uint64, len(manager.WaitBounds))
+			buckets := make(map[float64]uint64, len(h.Counts)-1)
 			var cum uint64
-			for i, b := range manager.WaitBounds {
+			for i := range len(h.Counts) - 1 {
 				cum += h.Counts[i]
-				buckets[b.Seconds()] = cum
+				buckets[h.Bound(i).Seconds()] = cum
 			}
 			ch <- prometheus.MustNewConstHistogram(c.wait, h.Count, h.Sum.Seconds(), buckets, mode.String())
 		}
@@ -166,7 +167,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // without latching (tablemetrics.Gather); a listed name that nobody holds
 // or waits for is exported with zeros.
 func (c *Collector) collectNames(ch chan<- prometheus.Metric, gauge func(*prometheus.Desc, float64, ...string)) {
-	ts, err := tablemetrics.Gather(c.m.Table(), time.Now())
+	t, _ := inspect.Table(c.m)
+	ts, err := tablemetrics.Gather(t, time.Now())
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.lHolders, err)
 		return

@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlocks/shmlocks/internal/tablemetrics"
 	"github.com/shmlocks/shmlocks/manager"
 	"github.com/shmlocks/shmlocks/table"
-	"github.com/shmlocks/shmlocks/table/tablemetrics"
 )
 
 // The hand-written exposition of package tablemetrics (what `shmlocks serve

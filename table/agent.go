@@ -16,35 +16,11 @@ type Agent struct {
 	// InFlight, when set, counts this agent's table operations in progress
 	// (the Manager's own counter). A latch word naming this agent while only
 	// the asking operation is in flight is garbage and may be taken over.
-	InFlight   *atomic.Int64
-	slotHint   atomic.Uint32 // where to look for a free slot first
-	slotMask   *uint64       // our record's agSlotMask
-	entryMask  *uint64       // our record's agEntryMask
-	entryHint  atomic.Uint32 // where to look for a free entry first
-	recentMono atomic.Int64  // the latest MonoNow of an enqueue of ours (RecentMono)
-}
-
-// RecentMono returns about the MonoNow reading of this agent's latest
-// enqueue (0 before the first; at most recentGrain older than it): a clock
-// its owner may use, without reading one, for a decision that tolerates a
-// reading as old as that enqueue and recentGrain. Concurrent enqueues keep
-// about the latest (a racing older reading may win by the length of the
-// race).
-func (a *Agent) RecentMono() int64 { return a.recentMono.Load() }
-
-// recentGrain is how much later than the recorded reading an enqueue's must
-// be to replace it. The store is a locked instruction that every queued
-// request would pay; with the grain, a queue that moves every few hundred
-// nanoseconds pays it once per 20 µs, and the park's decisions it serves
-// look at milliseconds (the watch's kick, the view of the CPUs).
-const recentGrain = 20 * int64(time.Microsecond)
-
-// noteMono records mono as the agent's recent reading if it is later by
-// more than recentGrain.
-func (a *Agent) noteMono(mono int64) {
-	if mono > a.recentMono.Load()+recentGrain {
-		a.recentMono.Store(mono)
-	}
+	InFlight  *atomic.Int64
+	slotHint  atomic.Uint32 // where to look for a free slot first
+	slotMask  *uint64       // our record's agSlotMask
+	entryMask *uint64       // our record's agEntryMask
+	entryHint atomic.Uint32 // where to look for a free entry first
 }
 
 // Register claims a free agent record for identity id. The record is claimed

@@ -15,9 +15,8 @@ import (
 // made at once reads none of it: it takes the coarse clock (stamp.go).
 //
 // A queued request's enqueue and its grant read the clock, two reads per
-// grant from a queue. Through the vDSO a read costs 26 ns here; with 64
-// goroutines of one process handing a name round, the two cost 7% of the
-// time per grant (docs/experiments.md). Where the kernel itself keeps time
+// grant from a queue: through the vDSO a visible share of a grant when the
+// goroutines of one process hand a name round (docs/experiments.md). Where the kernel itself keeps time
 // with the CPU's time-stamp counter (Linux clocksource "tsc": constant,
 // synchronised across CPUs), MonoNow reads the counter (RDTSC, 10 ns) and
 // scales it by a base that pairs a counter reading with the monotonic
@@ -29,9 +28,9 @@ import (
 var origin = time.Now()
 
 // MonoNow is this process's monotonic clock: nanoseconds since origin. The
-// table's times are taken from it (wallAt), and Agent.RecentMono hands the
-// last reading of an enqueue to the agent's owner, so that a request that
-// queues and then parks reads the clock once. It stays within
+// table's times are taken from it (wallAt), and EnqueuedMono reads a
+// request's enqueue stamp back in its scale, so that a request that queues
+// and then parks reads the clock once. It stays within
 // microseconds of time.Since(origin) and does not run backwards in a
 // process (but see tscClock for a counter that misbehaves).
 func MonoNow() int64 { return tsc.now() }
@@ -70,6 +69,21 @@ func wallAt(mono int64) int64 {
 	clockBase.Store(&wallBase{mono: m, wall: t.UnixNano()})
 	refreshCoarse(t.UnixNano() - (m - mono))
 	return t.UnixNano() - (m - mono)
+}
+
+// EnqueuedMono returns the MonoNow reading at which waiting request r was
+// queued, read back from its slot's enqueue stamp by the current base: a
+// clock for its owner's park that costs no clock read. A stamp that is not
+// within a second of the base (none written, a rewritten slot, garbage)
+// gives MonoNow().
+func (t *Table) EnqueuedMono(r Ref) int64 {
+	if b := clockBase.Load(); b != nil && r.Slot < uint32(t.l.MaxRequests) {
+		wall := int64(atomic.LoadUint64(t.u64(t.slotOff(r.Slot) + slEnqueue)))
+		if d := wall - b.wall; d > -int64(time.Second) && d < int64(time.Second) {
+			return b.mono + d
+		}
+	}
+	return MonoNow()
 }
 
 type wallBase struct {

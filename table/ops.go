@@ -132,9 +132,7 @@ func (t *Table) AcquireClaimed(a *Agent, r Ref, name string, h uint64, mode uint
 	case ifAvailable:
 		out = NotAvailable
 	default:
-		mono := MonoNow()
-		t.st64(so+slEnqueue, uint64(wallAt(mono)))
-		a.noteMono(mono) // the caller's park uses it (RecentMono)
+		t.st64(so+slEnqueue, uint64(nowNano())) // the caller's park reads it back (EnqueuedMono)
 		t.enqueue(s, e)
 		out = Queued
 	}

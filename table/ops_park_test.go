@@ -237,31 +237,29 @@ func TestNowNano(t *testing.T) {
 	require.InDelta(t, float64(time.Now().UnixNano()), float64(wallAt(mono)), float64(time.Millisecond))
 }
 
-// TestRecentMono: an enqueue hands its clock reading to its agent, and the
-// agent keeps the latest.
-func TestRecentMono(t *testing.T) {
+// TestEnqueuedMono: a queued request's enqueue stamp reads back as the
+// clock reading of its enqueue; a stamp that is garbage reads as now.
+func TestEnqueuedMono(t *testing.T) {
 	tb := newTestTable(t, smallGeometry)
 	a, b := registerPID(t, tb, 101), registerPID(t, tb, 102)
-	require.Zero(t, b.RecentMono())
 	h := Hash("n")
 	var w Wakes
 	_, out, _, err := tb.Acquire(a, "n", h, ModeExclusive, false, false, &w)
 	require.NoError(t, err)
 	require.Equal(t, Granted, out)
-	require.Zero(t, b.RecentMono(), "a grant reads no clock")
 	before := MonoNow()
-	_, out, _, err = tb.Acquire(b, "n", h, ModeExclusive, false, false, &w)
+	r, out, _, err := tb.Acquire(b, "n", h, ModeExclusive, false, false, &w)
 	require.NoError(t, err)
 	require.Equal(t, Queued, out)
 	after := MonoNow()
-	got := b.RecentMono()
-	require.GreaterOrEqual(t, got, before)
-	require.LessOrEqual(t, got, after)
-	b.noteMono(got - 1)
-	require.Equal(t, got, b.RecentMono(), "an older reading does not replace a later one")
-	b.noteMono(got + recentGrain)
-	require.Equal(t, got, b.RecentMono(), "nor one later by no more than recentGrain")
-	b.noteMono(got + recentGrain + 1)
-	require.Equal(t, got+recentGrain+1, b.RecentMono(), "a reading later by more replaces it")
+	got := tb.EnqueuedMono(r)
+	const slack = int64(time.Millisecond) // a new base in between moves the scale by its drift
+	require.GreaterOrEqual(t, got, before-slack)
+	require.LessOrEqual(t, got, after+slack)
+	tb.st64(tb.slotOff(r.Slot)+slEnqueue, 1) // hostile: 1970
+	now := MonoNow()
+	require.GreaterOrEqual(t, tb.EnqueuedMono(r), now, "garbage reads as now")
+	require.GreaterOrEqual(t, tb.EnqueuedMono(Ref{Slot: 1 << 30}), now, "so does a slot out of range")
+	tb.st64(tb.slotOff(r.Slot)+slEnqueue, uint64(wallAt(MonoNow())))
 	require.NoError(t, tb.Check(a))
 }

@@ -162,9 +162,7 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 // and the releaser pokes it then by slot (DeliverLocal), a call within the
 // process. Woken ahead, it would spin through its sibling's hold and take a
 // CPU (or, confined to one, every other turn of it) for a grant that costs
-// nothing to deliver: 64 goroutines of one process on one name, with 2 Ps,
-// BenchmarkGoroutines 1.22-1.28x flock against 0.63-1.19x
-// (docs/experiments.md).
+// nothing to deliver (docs/experiments.md).
 func (t *Table) wakeAhead(e uint32, w *Wakes) {
 	eo := t.entryOff(e)
 	head := t.ld32(eo + enQHead)
@@ -188,10 +186,8 @@ func (t *Table) wakeAhead(e uint32, w *Wakes) {
 // ring would cost a datagram and a thread of its process woken for
 // nothing. Nor is its bell bumped: that is a locked add on the line of its
 // agent's record that holds the parked count, which its spinners read at
-// every look; with the two vCPUs far apart it cost 2 x 4 a quarter of its
-// grants (`7dd5efd`; an earlier build had lost the 8-process contention
-// row 20-30% without the bump, which the runs since do not show:
-// docs/experiments.md, stop 34). For a grant no wake-up is lost:
+// every look: a cache-line transfer per grant between CPUs far apart
+// (docs/experiments.md). For a grant no wake-up is lost:
 // markHeld's atomic store of the slot word comes before this load of the
 // mark, and the waiter stores its mark before it looks at its slot word,
 // so one of the two sees the other. The wake-ahead is a hint: a missed one

@@ -32,6 +32,12 @@ func TagNames(tag, slot, serial uint32) bool {
 	return tag != 0 && tag == (slot+1)<<tagShift|(serial&0x7f)<<1
 }
 
+// TagSlot returns the waiting slot that tag (from LockInfo.Tag of a hold)
+// names; ok is false for no tag.
+func TagSlot(tag uint32) (slot uint32, ok bool) {
+	return tag>>tagShift - 1, tag>>tagShift != 0
+}
+
 // TagHolds writes tag into the flags of every hold in holds that agent a
 // still holds (a fast hold is first moved into its reserved slot), and
 // reports how many it tagged. tag 0 clears. Each hold is tagged under its

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shmlocks/shmlocks/coalesce"
+	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/manager"
 	"github.com/shmlocks/shmlocks/table"
 )
@@ -212,10 +213,11 @@ func dumpCheck(path string, stdout, stderr io.Writer, openErr func(error) int) i
 		fmt.Fprintf(stderr, "shmlocks dump --check: %s: %v\n", path, err)
 		return exitFailure
 	}
-	u := m.Table().Usage()
+	t, a := inspect.Table(m)
+	u := t.Usage()
 	// Our own agent is counted in Usage; report the others.
 	fmt.Fprintf(stdout, "%s: consistent (%d other agents, %d held, %d waiting)\n", path, u.Agents-1, u.Held, u.Waiting)
-	g, cycles, err := confirmedCycles(m.Table(), m.Agent())
+	g, cycles, err := confirmedCycles(t, a)
 	if err != nil {
 		fmt.Fprintf(stderr, "shmlocks dump --check: %s: %v\n", path, err)
 		return exitFailure

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -120,7 +121,7 @@ func dumpJSON(st *dumpState) *jsonDump {
 	d := &jsonDump{Time: st.Time.UTC(), Table: st.Path, Fairness: fairnessText(st.Bound), Held: []jsonHeld{}, Pending: []jsonPending{},
 		Watching: []jsonPending{}, Agents: []jsonAgent{}, WaitsFor: []jsonWait{}, Deadlocks: [][]jsonNode{}}
 	node := func(l *table.LockInfo, held bool) jsonNode {
-		return jsonNode{jsonName: newJSONName(l.Name), Mode: modeName(l.Mode), ClientID: clientID(l.Nonce), PID: l.PID, Held: held}
+		return jsonNode{jsonName: newJSONName(l.Name), Mode: modeName(l.Mode), ClientID: inspect.ClientID(l.Nonce), PID: l.PID, Held: held}
 	}
 	for _, i := range sortedHeld(st) {
 		l := &st.Held[i]

@@ -4,9 +4,10 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
+	"github.com/shmlocks/shmlocks/internal/waitgraph"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -34,7 +35,7 @@ type dumpState struct {
 	// Waits is the wait-for graph of Held and Pending (in Snapshot's
 	// order); Cycles its cycles in this one read (which may be phantoms
 	// of a table that changed while it was read; --check reads twice).
-	Waits  *table.WaitFor
+	Waits  *waitgraph.Graph
 	Cycles [][]int
 }
 
@@ -111,12 +112,12 @@ func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) 
 			}
 			byIdx[a.Index] = agentOf{state, command, i}
 			st.Agents = append(st.Agents, dumpAgent{Index: a.Index, PID: a.PID, State: state,
-				ClientID: clientID(a.Nonce), Command: command, Since: a.Since})
+				ClientID: inspect.ClientID(a.Nonce), Command: command, Since: a.Since})
 		}
 		conv := func(in []table.LockInfo, count func(*dumpAgent)) []dumpLock {
 			out := make([]dumpLock, 0, len(in))
 			for _, li := range in {
-				l := dumpLock{LockInfo: li, ClientID: clientID(li.Nonce), Agent: "no agent"}
+				l := dumpLock{LockInfo: li, ClientID: inspect.ClientID(li.Nonce), Agent: "no agent"}
 				if a, ok := byIdx[li.Agent]; ok {
 					l.Agent, l.Command = a.state, a.command
 					if a.state != "alive" {
@@ -133,7 +134,7 @@ func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) 
 		st.Held = conv(held, func(a *dumpAgent) { a.Held++ })
 		st.Pending = conv(pending, func(a *dumpAgent) { a.Waiting++ })
 		st.Watching = conv(watching, nil)
-		st.Waits = table.NewWaitFor(held, pending)
+		st.Waits = waitgraph.New(held, pending)
 		st.Cycles = st.Waits.Cycles()
 		return nil
 	})
@@ -142,9 +143,6 @@ func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) 
 	}
 	return st, nil
 }
-
-// clientID formats an agent nonce as manager.ClientIDOf does.
-func clientID(nonce uint64) string { return strconv.FormatUint(nonce, 16) }
 
 // modeName names a mode as the table stores it ("any": a watch for any
 // change); a torn read of a slot being reused shows its number.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
+	"github.com/shmlocks/shmlocks/internal/waitgraph"
 	"github.com/shmlocks/shmlocks/manager"
 	"github.com/shmlocks/shmlocks/table"
 )
@@ -29,7 +31,7 @@ func goldenState() *dumpState {
 	long := "orders/" + strings.Repeat("customer-000123/", 8) + "invoice"
 	lock := func(name string, mode uint32, agent uint32, pid int, nonce uint64, token uint64, since int64, state, command string) dumpLock {
 		return dumpLock{LockInfo: table.LockInfo{Name: name, Mode: mode, Agent: agent, PID: pid, Nonce: nonce, Token: token, Since: since},
-			ClientID: clientID(nonce), Agent: state, Command: command}
+			ClientID: inspect.ClientID(nonce), Agent: state, Command: command}
 	}
 	st := &dumpState{
 		Time: base.Add(90 * time.Minute), Path: "/run/user/1000/shmlocks.tbl", Size: 4992,
@@ -65,7 +67,7 @@ func goldenState() *dumpState {
 	for _, l := range st.Pending {
 		pending = append(pending, l.LockInfo)
 	}
-	st.Waits = table.NewWaitFor(held, pending)
+	st.Waits = waitgraph.New(held, pending)
 	st.Cycles = st.Waits.Cycles()
 	return st
 }

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shmlocks/shmlocks/internal/tablemetrics"
 	"github.com/shmlocks/shmlocks/table"
-	"github.com/shmlocks/shmlocks/table/tablemetrics"
 )
 
 const serveAbout = `Serve the state of a whole lock table over HTTP for a Prometheus scraper

@@ -13,8 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/shmlocks/shmlocks/internal/tablemetrics"
 	"github.com/shmlocks/shmlocks/table"
-	"github.com/shmlocks/shmlocks/table/tablemetrics"
 )
 
 // The live view of `shmlocks dump --watch` on a terminal: a top-like full

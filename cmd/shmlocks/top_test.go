@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlocks/shmlocks/internal/tablemetrics"
 	"github.com/shmlocks/shmlocks/table"
-	"github.com/shmlocks/shmlocks/table/tablemetrics"
 )
 
 // The view fits the terminal: at most rows lines of at most cols columns,

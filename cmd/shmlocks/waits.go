@@ -3,9 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
+	"github.com/shmlocks/shmlocks/internal/waitgraph"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -13,12 +14,12 @@ import (
 // PostgreSQL's pg_blocking_pids): the holders of its name whose mode
 // conflicts with its own, and the requests queued ahead of it whose mode
 // conflicts with its own; then the wait-for cycles (deadlocks) of g.
-func renderWaits(w io.Writer, g *table.WaitFor, cycles [][]int) {
+func renderWaits(w io.Writer, g *waitgraph.Graph, cycles [][]int) {
 	if len(g.Nodes) == g.NHeld {
 		return
 	}
 	who := func(n *table.LockInfo) string {
-		return fmt.Sprintf("pid %d (client %s)", n.PID, strconv.FormatUint(n.Nonce, 16))
+		return fmt.Sprintf("pid %d (client %s)", n.PID, inspect.ClientID(n.Nonce))
 	}
 	fmt.Fprintf(w, "\nwaits for:\n")
 	for i := g.NHeld; i < len(g.Nodes); i++ {
@@ -41,29 +42,9 @@ func renderWaits(w io.Writer, g *table.WaitFor, cycles [][]int) {
 	}
 }
 
-// confirmedCycles reads the table twice (each bucket under its latch) and
-// returns the graph of the first read with its cycles that the second read
-// confirms (table.SameRequests): no phantom of a table that changed while
-// it was read.
-func confirmedCycles(t *table.Table, a *table.Agent) (*table.WaitFor, [][]int, error) {
-	held, pending, err := t.Snapshot(a)
-	if err != nil {
-		return nil, nil, err
-	}
-	g := table.NewWaitFor(held, pending)
-	cycles := g.Cycles()
-	if len(cycles) == 0 {
-		return g, nil, nil
-	}
-	if held, pending, err = t.Snapshot(a); err != nil {
-		return nil, nil, err
-	}
-	g2 := table.NewWaitFor(held, pending)
-	var out [][]int
-	for _, c := range cycles {
-		if table.SameRequests(g, g2, c) {
-			out = append(out, c)
-		}
-	}
-	return g, out, nil
+// confirmedCycles reads the graph of the table with its cycles, keeping
+// only those that a second read confirms (waitgraph.Confirmed): no phantom
+// of a table that changed while it was read.
+func confirmedCycles(t *table.Table, a *table.Agent) (*waitgraph.Graph, [][]int, error) {
+	return waitgraph.Confirmed(func() ([]table.LockInfo, []table.LockInfo, error) { return t.Snapshot(a) }, (*waitgraph.Graph).Cycles)
 }

@@ -73,6 +73,13 @@ func RunExcept(t *testing.T, open func(t *testing.T) *manager.Manager, skip []st
 		{"ValidationOrder", testValidation},
 		{"ReleaseTwice", testReleaseTwice},
 		{"Close", testClose},
+		// capabilities.go
+		{"State", testState},
+		{"WaitUnlocked", testWaitUnlocked},
+		{"Watch", testWatch},
+		{"AcquireAll", testAcquireAll},
+		{"ChildGrants", testChildGrants},
+		{"Deadlock", testDeadlock},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,12 @@
 // fencing tokens and liveness, as `shmlocks stress` does on the table.
 //
 //	shmlocks-etcd --endpoints localhost:2379 --procs 4 --duration 10s
+//	shmlocks-etcd stress --endpoints localhost:2379 --procs 4 --duration 10s
+//
+// dump shows a prefix's held locks and waiting requests, who waits for whom
+// (the blocking chains) and the wait-for cycles:
+//
+//	shmlocks-etcd dump --endpoints localhost:2379 --prefix /myapp/locks [--json]
 //
 // It lives in the nested module because the core module must not import
 // etcd: the stress package takes the backend as a plug-in
@@ -105,8 +111,36 @@ func main() {
 		fmt.Fprintln(os.Stderr, "shmlocks-etcd:", err)
 		os.Exit(1)
 	}
-	os.Exit(run(os.Args[1:], []string{exe}, os.Stdout, os.Stderr))
+	os.Exit(dispatch(os.Args[1:], []string{exe}, os.Stdout, os.Stderr))
 }
+
+// dispatch runs a subcommand: stress (the default: arguments that start
+// with a flag are stress's) or dump.
+func dispatch(args, worker []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "stress":
+			return run(args[1:], worker, stdout, stderr)
+		case "dump":
+			return dump(args[1:], stdout, stderr)
+		case "help", "-h", "--help":
+			fmt.Fprintln(stdout, usage)
+			return 0
+		}
+		if !strings.HasPrefix(args[0], "-") {
+			fmt.Fprintf(stderr, "shmlocks-etcd: unknown command %q\n%s\n", args[0], usage)
+			return 2
+		}
+	}
+	return run(args, worker, stdout, stderr)
+}
+
+const usage = `usage:
+  shmlocks-etcd [stress] --endpoints host:port[,...] [flags]   run the stress workload and its checkers
+  shmlocks-etcd [stress] --embedded 3 --faults all --duration 20s [flags]
+                                                              the same on an embedded cluster, with faults
+  shmlocks-etcd dump --endpoints host:port[,...] --prefix P [--json]
+                                                              held locks, waiting requests, who waits for whom, deadlocks`
 
 // run is the supervisor: it parses args, runs the workload with worker
 // (argv of this binary) and prints the report. It returns the exit status
@@ -115,9 +149,9 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("shmlocks-etcd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg stress.Config
-	endpoints := fs.String("endpoints", "", "etcd client endpoints, comma-separated (required)")
+	endpoints := fs.String("endpoints", "", "etcd client endpoints, comma-separated (or --embedded)")
 	prefix := fs.String("prefix", "", "key prefix (default: a fresh /shmlocks-stress/<random>)")
-	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL of every worker's Manager (a killed worker's locks go within it)")
+	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL of every worker's Manager (a killed worker's locks go within it; default 5s with --faults)")
 	fs.IntVar(&cfg.Procs, "procs", 4, "worker processes")
 	fs.IntVar(&cfg.Goroutines, "goroutines", 2, "requesting goroutines per process")
 	fs.IntVar(&cfg.Names, "names", 4, "lock names (stress-0, stress-1, ...)")
@@ -134,12 +168,42 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s + ttl)")
 	fs.DurationVar(&cfg.MaxGrantGap, "max-gap", 0, "no grant anywhere for this long is a violation (0: not checked)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	embedded := fs.Int("embedded", 0, "run on an embedded cluster of this many members (instead of --endpoints), its clients behind TCP proxies")
+	faultList := fs.String("faults", "", "with --embedded: faults injected in turn, comma-separated: leader, member, cut, compact, or all")
+	faultEvery := fs.Duration("fault-every", time.Second, "pause between two faults")
+	faultDown := fs.Duration("fault-down", 300*time.Millisecond, "how long a member stays down, or the clients cut off (keep it well within --ttl)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *endpoints == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "shmlocks-etcd: --endpoints is required and no arguments are taken")
+	if (*endpoints == "") == (*embedded == 0) || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "shmlocks-etcd: one of --endpoints and --embedded is required, and no arguments are taken")
 		return 2
+	}
+	ttlSet := false
+	fs.Visit(func(f *flag.Flag) { ttlSet = ttlSet || f.Name == "ttl" })
+	kinds, err := parseFaults(*faultList)
+	if len(kinds) > 0 && !ttlSet {
+		// A client cut off reconnects with gRPC's backoff (about a second
+		// after a short cut, more after several): the lease must outlive a
+		// fault and the reconnect, or the checkers see locks lost.
+		*ttl = 5 * time.Second
+	}
+	if err != nil || len(kinds) > 0 && (*embedded == 0 || cfg.Duration == 0) {
+		fmt.Fprintln(stderr, "shmlocks-etcd: --faults needs --embedded and --duration:", err)
+		return 2
+	}
+	var faults *faultRunner
+	if *embedded > 0 {
+		c, err := startCluster(*embedded)
+		if err != nil {
+			fmt.Fprintln(stderr, "shmlocks-etcd: embedded cluster:", err)
+			return 1
+		}
+		defer c.stop()
+		*endpoints = strings.Join(c.endpoints(), ",")
+		if len(kinds) > 0 {
+			faults = &faultRunner{c: c, kinds: kinds, every: *faultEvery, down: *faultDown, until: time.Now().Add(cfg.Duration)}
+		}
 	}
 	if *prefix == "" {
 		var b [6]byte
@@ -151,7 +215,6 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 	if cfg.Stuck == 0 {
 		cfg.Stuck = 2*time.Second + *ttl
 	}
-	var err error
 	if cfg.Hold, err = stress.ParseHold(*hold); err != nil {
 		fmt.Fprintln(stderr, "shmlocks-etcd:", err)
 		return 2
@@ -161,7 +224,18 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "shmlocks-etcd:", err)
 		return 2
 	}
+	stopFaults, faultsDone := make(chan struct{}), make(chan struct{})
+	if faults != nil {
+		go func() { defer close(faultsDone); faults.run(stopFaults) }()
+	} else {
+		close(faultsDone)
+	}
 	rep, err := stress.Run(cfg, stderr)
+	close(stopFaults)
+	<-faultsDone
+	if faults != nil {
+		fmt.Fprintln(stdout, faults.summary())
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "shmlocks-etcd:", err)
 		if errors.Is(err, stress.ErrUsage) {

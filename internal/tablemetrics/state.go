@@ -3,9 +3,9 @@ package tablemetrics
 import (
 	"cmp"
 	"slices"
-	"strconv"
 	"time"
 
+	"github.com/shmlocks/shmlocks/internal/inspect"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -88,7 +88,7 @@ func Gather(t *table.Table, now time.Time) (State, error) {
 				continue // torn read of a slot being reused
 			}
 			n := get(li.Name)
-			h := Holder{Mode: li.Mode, Token: li.Token, PID: li.PID, ClientID: clientID(li.Nonce),
+			h := Holder{Mode: li.Mode, Token: li.Token, PID: li.PID, ClientID: inspect.ClientID(li.Nonce),
 				Held: age(li.Since), Steal: li.Steal, Dead: !alive[li.Agent]}
 			n.Holders = append(n.Holders, h)
 			n.LongestHold = max(n.LongestHold, h.Held)
@@ -133,7 +133,3 @@ func (s *State) LongestWait() time.Duration {
 	}
 	return d
 }
-
-// clientID formats an agent nonce as manager.ClientIDOf does (this package
-// does not import manager).
-func clientID(nonce uint64) string { return strconv.FormatUint(nonce, 16) }

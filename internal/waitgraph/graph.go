@@ -1,14 +1,17 @@
-package table
+// Package waitgraph is the wait-for graph of a lock table
+// (docs/multi-and-deadlock.md): who waits for whom, its cycles, and the one
+// way to read them without phantoms (Confirmed). It knows nothing of the
+// Manager: the manager's deadlock detector and shmlocks dump both use it.
+package waitgraph
 
 import (
-	"fmt"
 	"slices"
-	"strconv"
-	"strings"
+
+	"github.com/shmlocks/shmlocks/table"
 )
 
-// WaitFor is the wait-for graph of one snapshot (docs/multi-and-deadlock.md).
-// Its nodes are requests: Nodes[:len(held)] the held locks, then the pending
+// Graph is the wait-for graph of one table snapshot (table.Snapshot). Its
+// nodes are requests: Nodes[:len(held)] the held locks, then the pending
 // requests, in the order Snapshot returned them. Edges go
 //
 //   - from a waiting request to every holder of its name whose mode conflicts
@@ -16,17 +19,17 @@ import (
 //   - from a waiting request to the earlier waiters in its name's queue whose
 //     mode conflicts with its own (FIFO: it is granted only after them, the
 //     soft edges of PostgreSQL), or to a later one of them that waits for the
-//     rest (see NewWaitFor);
+//     rest (see New);
 //   - from a held lock to the waiting request of the same agent whose task
-//     holds it, named by the hold's task tag (TaskTag): that hold is released
+//     holds it, named by the hold's task tag (table.TaskTag): that hold is released
 //     only after that request is granted. A hold without a tag has no edge
 //     out: nothing says that the goroutine holding it waits for anything.
 //
 // A cycle in this graph is a deadlock if it stays the same while it is read
-// (see SameRequests): every waiting request in it waits for the next node,
+// (see Confirmed): every waiting request in it waits for the next node,
 // which is released only after the node after it is granted, and so on round.
-type WaitFor struct {
-	Nodes []LockInfo
+type Graph struct {
+	Nodes []table.LockInfo
 	NHeld int     // Nodes[i] is held for i < NHeld, pending otherwise
 	Out   [][]int // Out[i]: the nodes node i waits for
 
@@ -34,13 +37,13 @@ type WaitFor struct {
 }
 
 // conflicts reports whether requests in modes a and b cannot hold together.
-func conflicts(a, b uint32) bool { return a != ModeShared || b != ModeShared }
+func conflicts(a, b uint32) bool { return a != table.ModeShared || b != table.ModeShared }
 
-// NewWaitFor builds the graph of a snapshot (held and pending as returned by
-// Snapshot: pending in queue order per name).
-func NewWaitFor(held, pending []LockInfo) *WaitFor {
-	g := &WaitFor{NHeld: len(held), pendingAt: make(map[uint32]int, len(pending))}
-	g.Nodes = make([]LockInfo, 0, len(held)+len(pending))
+// New builds the graph of a snapshot (held and pending as returned by
+// table.Snapshot: pending in queue order per name).
+func New(held, pending []table.LockInfo) *Graph {
+	g := &Graph{NHeld: len(held), pendingAt: make(map[uint32]int, len(pending))}
+	g.Nodes = make([]table.LockInfo, 0, len(held)+len(pending))
 	g.Nodes = append(append(g.Nodes, held...), pending...)
 	g.Out = make([][]int, len(g.Nodes))
 	holders := map[string][]int{}
@@ -75,13 +78,13 @@ func NewWaitFor(held, pending []LockInfo) *WaitFor {
 			q = &queueTail{lastEx: -1}
 			queue[w.Name] = q
 		}
-		if w.Mode != ModeShared {
+		if w.Mode != table.ModeShared {
 			g.Out[i] = append(g.Out[i], q.run...)
 		}
 		if q.lastEx >= 0 {
 			g.Out[i] = append(g.Out[i], q.lastEx)
 		}
-		if w.Mode == ModeShared {
+		if w.Mode == table.ModeShared {
 			q.run = append(q.run, i)
 		} else {
 			q.lastEx, q.run = i, nil
@@ -91,10 +94,11 @@ func NewWaitFor(held, pending []LockInfo) *WaitFor {
 	}
 	for i := range held {
 		h := &g.Nodes[i]
-		if h.Tag == 0 {
+		slot, tagged := table.TagSlot(h.Tag)
+		if !tagged {
 			continue
 		}
-		if j, ok := waiters[waiterKey{h.Agent, h.Tag>>tagShift - 1}]; ok && TagNames(h.Tag, g.Nodes[j].Slot, g.Nodes[j].Serial) {
+		if j, ok := waiters[waiterKey{h.Agent, slot}]; ok && table.TagNames(h.Tag, g.Nodes[j].Slot, g.Nodes[j].Serial) {
 			g.Out[i] = append(g.Out[i], j)
 		}
 	}
@@ -102,10 +106,10 @@ func NewWaitFor(held, pending []LockInfo) *WaitFor {
 }
 
 // Held reports whether node i is a held lock (else a pending request).
-func (g *WaitFor) Held(i int) bool { return i < g.NHeld }
+func (g *Graph) Held(i int) bool { return i < g.NHeld }
 
 // Find returns the node of the pending request at slot with serial, or -1.
-func (g *WaitFor) Find(slot, serial uint32) int {
+func (g *Graph) Find(slot, serial uint32) int {
 	if i, ok := g.pendingAt[slot]; ok && g.Nodes[i].Serial == serial {
 		return i
 	}
@@ -115,7 +119,7 @@ func (g *WaitFor) Find(slot, serial uint32) int {
 // Later reports whether pending node i started waiting after pending node j
 // (enqueue time, then slot): the order of the victim rule. Every process
 // computes it from the same table words, so they all agree.
-func (g *WaitFor) Later(i, j int) bool {
+func (g *Graph) Later(i, j int) bool {
 	a, b := &g.Nodes[i], &g.Nodes[j]
 	if a.Since != b.Since {
 		return a.Since > b.Since
@@ -127,7 +131,7 @@ func (g *WaitFor) Later(i, j int) bool {
 // connected component of more than one node, or waiting for itself
 // (Tarjan's algorithm, O(nodes + edges)). A check looks for its victims
 // only among those.
-func (g *WaitFor) InCycle() []bool {
+func (g *Graph) InCycle() []bool {
 	n := len(g.Nodes)
 	in := make([]bool, n)
 	index, low := make([]int, n), make([]int, n)
@@ -198,7 +202,7 @@ func (g *WaitFor) InCycle() []bool {
 // other pending requests must all have started waiting before start
 // (Later): start is then its victim, and such a cycle is found if one
 // exists.
-func (g *WaitFor) CycleThrough(start int, victimOnly bool) []int {
+func (g *Graph) CycleThrough(start int, victimOnly bool) []int {
 	if start < g.NHeld || start >= len(g.Nodes) {
 		return nil
 	}
@@ -232,7 +236,7 @@ func (g *WaitFor) CycleThrough(start int, victimOnly bool) []int {
 // Cycles returns one cycle per strongly connected group of requests that
 // wait for each other (each as CycleThrough, from the group's latest
 // waiter, which is the victim of that cycle), for inspection.
-func (g *WaitFor) Cycles() [][]int {
+func (g *Graph) Cycles() [][]int {
 	var out [][]int
 	covered := make([]bool, len(g.Nodes))
 	order := make([]int, 0, len(g.Nodes)-g.NHeld)
@@ -263,68 +267,3 @@ func (g *WaitFor) Cycles() [][]int {
 	}
 	return out
 }
-
-// SameRequests reports whether every node of cycle c in g is in g2 as the
-// same request (slot and serial) in the same state, agent, name, mode and
-// tag, and every edge of c is in g2 too. Read at t1 (g) and again at t2
-// (g2): a waiting request with the same serial waited throughout, a held
-// one was held throughout, so every edge of the cycle held throughout
-// [t1, t2], and the cycle is not a phantom of a snapshot that latched one
-// bucket at a time.
-func SameRequests(g, g2 *WaitFor, c []int) bool {
-	idx := make([]int, len(c))
-	for k, i := range c {
-		n := &g.Nodes[i]
-		j := -1
-		lo, hi := g2.NHeld, len(g2.Nodes)
-		if g.Held(i) {
-			lo, hi = 0, g2.NHeld
-		}
-		for x := lo; x < hi; x++ {
-			if m := &g2.Nodes[x]; m.Slot == n.Slot && m.Serial == n.Serial {
-				if m.Agent != n.Agent || m.Name != n.Name || m.Mode != n.Mode || m.Tag != n.Tag || m.Since != n.Since {
-					return false
-				}
-				j = x
-				break
-			}
-		}
-		if j < 0 {
-			return false
-		}
-		idx[k] = j
-	}
-	for k := range idx {
-		if !slices.Contains(g2.Out[idx[k]], idx[(k+1)%len(idx)]) {
-			return false
-		}
-	}
-	return true
-}
-
-// Describe names cycle c of g for an error message or the dump: each
-// request with its name, mode, state, PID and client id, in wait order.
-func (g *WaitFor) Describe(c []int) string {
-	var b strings.Builder
-	for k, i := range c {
-		n := &g.Nodes[i]
-		if k > 0 {
-			b.WriteString(" -> ")
-		}
-		state := "waiting for"
-		if g.Held(i) {
-			state = "holding"
-		}
-		mode := "exclusive"
-		if n.Mode == ModeShared {
-			mode = "shared"
-		}
-		fmt.Fprintf(&b, "pid %d (client %s) %s %q (%s)", n.PID, clientIDOf(n.Nonce), state, n.Name, mode)
-	}
-	b.WriteString(" -> back to the first")
-	return b.String()
-}
-
-// clientIDOf formats an agent nonce the way manager.ClientIDOf does (the
-// table cannot import the manager).
-func clientIDOf(nonce uint64) string { return strconv.FormatUint(nonce, 16) }
