@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Child-side command of the child grant tests (see proc_test.go for the
@@ -31,9 +33,9 @@ func childGrantCommand(m *Manager, f []string) {
 						select {}
 					})
 				}
-				for deadline := time.Now().Add(eventually); kidsWaiting(l) != n-1; time.Sleep(time.Millisecond) {
+				for deadline := time.Now().Add(eventually); KidsWaiting(l) != n-1; time.Sleep(time.Millisecond) {
 					if time.Now().After(deadline) {
-						say("error %s %d children waiting, want %d", name, kidsWaiting(l), n-1)
+						say("error %s %d children waiting, want %d", name, KidsWaiting(l), n-1)
 						return nil
 					}
 				}

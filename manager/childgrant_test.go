@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -9,31 +9,18 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Child grants follow the lock's own rules (reentrant.go, fnctx.go).
 
-// kidsWaiting is the number of child requests of p waiting for its other
-// children.
-func kidsWaiting(p *Lock) int {
-	e := p.ext.Load()
-	if e == nil {
-		return 0
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.kids == nil {
-		return 0
-	}
-	return len(e.kids.queue)
-}
-
 // waitKids waits (bounded) until n child requests of p wait.
 func waitKids(t testing.TB, p *Lock, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(eventually); kidsWaiting(p) != n; {
+	for deadline := time.Now().Add(eventually); KidsWaiting(p) != n; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d child requests waiting, want %d", kidsWaiting(p), n)
+			t.Fatalf("%d child requests waiting, want %d", KidsWaiting(p), n)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
@@ -70,7 +57,7 @@ func TestChildStaleCtxCarriesNothing(t *testing.T) {
 			require.ErrorIs(t, err, ErrAborted, "the kept fn ctx is done")
 			_, err = m.Acquire(live, "a", RequestOptions{IfAvailable: true})
 			require.ErrorIs(t, err, ErrNotAvailable, "round %d: the kept ctx must not be a child of this grant", round)
-			require.Empty(t, carriedRefs(live), "no deadlock tag from an ended grant")
+			require.Empty(t, CarriedRefs(live), "no deadlock tag from an ended grant")
 			require.Zero(t, l.Reentries())
 			return nil
 		}))
@@ -289,7 +276,7 @@ func TestChildrenFanOutExclusive(t *testing.T) {
 				t.Fatalf("child %d not granted", want)
 			}
 			require.Equal(t, int32(1), inside.Load(), "two exclusive children at once")
-			require.Equal(t, len(gates)-1-want, kidsWaiting(l))
+			require.Equal(t, len(gates)-1-want, KidsWaiting(l))
 			close(gates[want])
 			require.NoError(t, <-errs)
 		}
@@ -335,13 +322,13 @@ func TestChildrenModesAndOrder(t *testing.T) {
 	mustBlock(t, sh, "shared child while an exclusive child is held")
 	abort()
 	r := <-ab
-	require.ErrorIs(t, r.err, ErrAborted)
-	require.ErrorIs(t, r.err, context.Canceled)
+	require.ErrorIs(t, r.Err, ErrAborted)
+	require.ErrorIs(t, r.Err, context.Canceled)
 	mustBlock(t, sh, "shared child while an exclusive child is held")
 	require.NoError(t, e.Release())
 	s3 := mustGrant(t, sh, "shared child once the exclusive one left")
 	require.Equal(t, 1, g.Reentries())
-	require.Zero(t, kidsWaiting(g))
+	require.Zero(t, KidsWaiting(g))
 
 	// A shared waiter behind an exclusive waiter that aborts, while a
 	// shared child is held: granted when the exclusive one leaves the queue.
@@ -352,7 +339,7 @@ func TestChildrenModesAndOrder(t *testing.T) {
 	waitKids(t, g, 2)
 	mustBlock(t, sh, "shared child behind a waiting exclusive one")
 	abort()
-	require.ErrorIs(t, (<-ab).err, ErrAborted)
+	require.ErrorIs(t, (<-ab).Err, ErrAborted)
 	s4 := mustGrant(t, sh, "shared child once the exclusive waiter aborted")
 	require.Equal(t, 2, g.Reentries())
 	require.NoError(t, s3.Release())

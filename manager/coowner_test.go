@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package manager_test
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // procGroup starts `sh -c 'sleep 60 & echo $!; read x'` in a group of its

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // A Manager's deadlock rounds run only while one of its requests is parked:
@@ -20,7 +22,7 @@ func TestDeadlockRoundsStopAndRestart(t *testing.T) {
 	b := spawn(t, path, dlOpts(testDeadlockDelay))
 	for round := 0; round < 3; round++ {
 		requireRoundsStopped(t, m)
-		epoch := roundsEpoch(m)
+		epoch := RoundsEpoch(m)
 		b.Drop()
 		ctx := ctxT(t, eventually)
 		holding, goOn, res := make(chan struct{}), make(chan struct{}), make(chan error, 1)
@@ -63,7 +65,7 @@ func TestDeadlockRoundsStopAndRestart(t *testing.T) {
 		b.Expect("acquired x")
 		b.Expect("done y")
 		require.Empty(t, b.Lines("deadlock"), "round %d", round)
-		require.Greater(t, roundsEpoch(m), epoch, "round %d: rounds ran", round)
+		require.Greater(t, RoundsEpoch(m), epoch, "round %d: rounds ran", round)
 		t.Logf("round %d: victim after %v (delay %v)", round, elapsed, testDeadlockDelay)
 		check(t, m)
 	}
@@ -74,16 +76,5 @@ func TestDeadlockRoundsStopAndRestart(t *testing.T) {
 // round scheduled.
 func requireRoundsStopped(t *testing.T, m *Manager) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return !m.dl.armed && m.nwait == 0
-	}, eventually, time.Millisecond, "the rounds did not stop with nothing parked")
-}
-
-// roundsEpoch is the number of rounds m has run.
-func roundsEpoch(m *Manager) uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.dl.epoch
+	require.Eventually(t, func() bool { return RoundsStopped(m) }, eventually, time.Millisecond, "the rounds did not stop with nothing parked")
 }

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/table"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // deadGone asserts that nothing of pid remains: no held or pending request,
@@ -149,12 +151,12 @@ func TestReapExitedIsKeyedOnTheRecordWord(t *testing.T) {
 	require.NoError(t, err)
 	var word uint64
 	for _, ai := range m.Table().Agents() {
-		if ai.Index == m2.a.Idx {
+		if ai.Index == m2.Agent().Idx {
 			word = ai.Word()
 		}
 	}
 	require.NotZero(t, word)
-	m.reapExited(m2.a.Idx, word^1<<40) // another registration of that record
+	ReapExited(m, m2.Agent().Idx, word^1<<40) // another registration of that record
 	snap, err := m.Query(context.Background())
 	require.NoError(t, err)
 	require.Len(t, snap.Held, 1, "the live agent's lock survives a report about another registration")

@@ -1,10 +1,12 @@
 //go:build unix
 
-package manager
+package manager_test
 
 import (
 	"testing"
 	"time"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Crash points of bounded fairness (table/fairness.go), each with a

@@ -1,6 +1,6 @@
 //go:build unix
 
-package manager
+package manager_test
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // boundedTable is smallTable created with Bounded(d).

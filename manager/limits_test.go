@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 func TestSmallGeometryOpens(t *testing.T) {

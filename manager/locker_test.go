@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // recovered runs f and returns what it panicked with (nil: no panic).

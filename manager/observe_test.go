@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/table"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Observing a name (observe.go) with real processes: P is this test
@@ -283,23 +285,23 @@ func TestWaitUnlockedDoesNotPoll(t *testing.T) {
 	<-feed
 	watchingCount(t, m, 2)
 	settle := func() int64 { // until nothing is in flight
-		for last := m.obs.looks.Load(); ; {
+		for last := WatchLooks(m); ; {
 			time.Sleep(20 * time.Millisecond)
-			if now := m.obs.looks.Load(); now == last {
+			if now := WatchLooks(m); now == last {
 				return now
 			}
-			last = m.obs.looks.Load()
+			last = WatchLooks(m)
 		}
 	}
 	looks := settle()
-	time.Sleep(3*safetyScan + 50*time.Millisecond)
-	require.Equal(t, looks, m.obs.looks.Load(), "a watch looked at the table while nothing changed")
+	time.Sleep(3*SafetyScan + 50*time.Millisecond)
+	require.Equal(t, looks, WatchLooks(m), "a watch looked at the table while nothing changed")
 
 	b := spawn(t, path, nil)
 	b.Send("acquire x") // a change that does not free x
 	waitPending(t, m, "x", 1)
 	deadline := time.Now().Add(eventually)
-	for m.obs.looks.Load() < looks+2 { // both watches looked again
+	for WatchLooks(m) < looks+2 { // both watches looked again
 		require.True(t, time.Now().Before(deadline), "the watches were not rung by B's enqueue")
 		time.Sleep(time.Millisecond)
 	}

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/shmlocks/shmlocks/internal/proctest"
 	"github.com/shmlocks/shmlocks/internal/testhooks"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Multi-process tests re-exec this test binary as a child agent
@@ -191,16 +193,6 @@ func childMain(args []string) int {
 		case "crash":
 			armCrash(f[1])
 			say("armed %s", f[1])
-		case "flock": // flock PATH: hold an exclusive flock on PATH (benchmark baseline)
-			f, err := os.OpenFile(f[1], os.O_CREATE|os.O_RDWR, 0o600)
-			if err == nil {
-				err = flockExclusive(f)
-			}
-			if err != nil {
-				say("error flock %v", err)
-				continue
-			}
-			say("flocked")
 		case "coowner": // coowner PGID -> "coowned" (coowner_test.go)
 			childCoOwner(m, f)
 		case "reenter", "releasechild", "releaseouter":

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // heldCount is the number of held locks on name in the table.
@@ -64,7 +66,7 @@ func TestReentrantWithLock(t *testing.T) {
 	// The old ctx carries a released grant: it changes nothing now.
 	blocked := acquireAsync(WithLock(ctxT(t, quietPeriod), outer), m, "x", RequestOptions{})
 	r := <-blocked
-	require.ErrorIs(t, r.err, ErrAborted, "a released carried grant is not re-entered")
+	require.ErrorIs(t, r.Err, ErrAborted, "a released carried grant is not re-entered")
 	require.NoError(t, l.Release())
 	check(t, m)
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"golang.org/x/sys/unix"
+
 )
 
 // How long each request of BenchmarkGoroutines waited, from just before
@@ -186,4 +187,13 @@ func TestBenchWaitBuckets(t *testing.T) {
 			require.LessOrEqual(t, top, 1.25*float64(ns)+1, "%d ns in bucket %d (top %v)", ns, i, top)
 		}
 	}
+}
+
+// cpusAllowed is the number of CPUs this process may run on.
+func cpusAllowed() int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return runtime.NumCPU()
+	}
+	return set.Count()
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
 	"encoding/json"
@@ -19,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shmlocks/shmlocks/internal/proctest"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // The parent side of the multi-process benchmarks: runLoop starts the loop
@@ -91,11 +93,11 @@ func startBenchChild(b testing.TB, role, ctlPath string, a benchArgs, cpu int) b
 type loopCfg struct {
 	kind    string
 	procs   int
-	mode    Mode
+	mode    manager.Mode
 	csIters int
 	ping    bool
 	pinned  bool
-	opts    *OpenOptions // shm children's OpenOptions (nil: defaults)
+	opts    *manager.OpenOptions // shm children's OpenOptions (nil: defaults)
 	calib   bool         // measure the two-processes-vs-one calibration first
 	warmup  time.Duration
 	window  time.Duration
@@ -280,18 +282,18 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	if cfg.opts == nil && cfg.kind == kindShm {
 		// SHMLOCKS_BENCH_SPIN sets the children's SpinLimit (a diagnostic knob; "-1ns": never spin).
 		if d, err := time.ParseDuration(os.Getenv("SHMLOCKS_BENCH_SPIN")); err == nil && d != 0 {
-			cfg.opts = &OpenOptions{SpinLimit: d}
+			cfg.opts = &manager.OpenOptions{SpinLimit: d}
 		}
 	}
 	tablePath := filepath.Join(dir, "bench.tbl")
 	if cfg.kind == kindShm {
 		// Create the table before the children race to (with the children's
 		// fairness: the creator's is the table's).
-		var o *OpenOptions
+		var o *manager.OpenOptions
 		if cfg.opts != nil {
-			o = &OpenOptions{Fairness: cfg.opts.Fairness}
+			o = &manager.OpenOptions{Fairness: cfg.opts.Fairness}
 		}
-		m, err := Open(tablePath, o)
+		m, err := manager.Open(tablePath, o)
 		require.NoError(b, err)
 		m.Close()
 	}

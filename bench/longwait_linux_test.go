@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // BenchmarkLongWait: this process holds a name for 1 s while a child process
@@ -27,10 +29,10 @@ func BenchmarkLongWait(b *testing.B) {
 		path := filepath.Join(dir, "long.tbl")
 		ctlPath := filepath.Join(dir, "ctl")
 		require.NoError(b, os.WriteFile(ctlPath, make([]byte, ctlSize), 0o600))
-		m, err := Open(path, nil)
+		m, err := manager.Open(path, nil)
 		require.NoError(b, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		l, err := m.Acquire(ctx, "long", RequestOptions{})
+		l, err := m.Acquire(ctx, "long", manager.RequestOptions{})
 		require.NoError(b, err)
 		c := startBenchChild(b, "longwait", ctlPath, benchArgs{Kind: kindShm, Table: path, Name: "long", Limit: 30 * time.Second}, -1)
 		c.Send("wait")

@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 
 	"github.com/shmlocks/shmlocks/futex"
 	"github.com/shmlocks/shmlocks/internal/proctest"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // Multi-process benchmarks (docs/benchmarks.md) re-exec this test binary as
@@ -84,11 +86,11 @@ type benchArgs struct {
 	Flock   string
 	Name    string
 	Index   int
-	Mode    Mode
+	Mode    manager.Mode
 	CSIters int  // spinWork iterations inside the critical section
 	Ping    bool // ping-pong: hold until the partner (index 1-Index) is about to request
 	Calib   int  // spinWork iterations of the calibration loop
-	Opts    *OpenOptions
+	Opts    *manager.OpenOptions
 	Limit   time.Duration // bound of every wait
 	Gaps    bool          // record the gaps between sections of different processes (SHMLOCKS_BENCH_GAPS)
 	// Goroutines >= 1: that many goroutines loop greedily (benchLoopGoroutines).
@@ -177,11 +179,11 @@ func benchChild(args []string) int {
 		fmt.Printf("error ctl %v\n", err)
 		return 2
 	}
-	var m *Manager
+	var m *manager.Manager
 	var fd int
 	switch a.Kind {
 	case kindShm:
-		if m, err = Open(a.Table, a.Opts); err != nil {
+		if m, err = manager.Open(a.Table, a.Opts); err != nil {
 			fmt.Printf("error open %v\n", err)
 			return 2
 		}
@@ -258,11 +260,11 @@ func schedYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 // already waiting. With a FIFO lock the partner is normally queued and the
 // unlock is a grant to it; flock lets the releaser barge back in, which shows
 // as repeats.
-func benchLoop(a benchArgs, ctl []byte, m *Manager, fd int) (uint64, error) {
+func benchLoop(a benchArgs, ctl []byte, m *manager.Manager, fd int) (uint64, error) {
 	stop := ctlWord32(ctl, ctlStop)
 	ops := ctlWord64(ctl, ctlOps+64*a.Index)
 	me := uint32(a.Index + 1)
-	exclusive := a.Mode == Exclusive
+	exclusive := a.Mode == manager.Exclusive
 	owner, inCS := ctlWord32(ctl, ctlOwner), ctlWord32(ctl, ctlInCS)
 	changes, repeats, viol := ctlWord64(ctl, ctlChanges), ctlWord64(ctl, ctlRepeats), ctlWord64(ctl, ctlViol)
 	var wantMe, wantPartner *uint32
@@ -320,14 +322,14 @@ func benchLoop(a benchArgs, ctl []byte, m *Manager, fd int) (uint64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), a.Limit)
 		defer cancel()
 		var ok bool
-		fn := func(context.Context, *Lock) error {
+		fn := func(context.Context, *manager.Lock) error {
 			if a.Ping {
 				atomic.StoreUint32(wantMe, 0)
 			}
 			ok = critical()
 			return nil
 		}
-		o := RequestOptions{Mode: a.Mode}
+		o := manager.RequestOptions{Mode: a.Mode}
 		for atomic.LoadUint32(stop) == 0 {
 			if a.Ping {
 				atomic.StoreUint32(wantMe, 1)
@@ -390,13 +392,13 @@ func benchLoop(a benchArgs, ctl []byte, m *Manager, fd int) (uint64, error) {
 // benchLongWait requests the name once (the parent holds it) and reports the
 // wall time of the wait and the CPU time (user+system, the whole process)
 // spent during it.
-func benchLongWait(a benchArgs, m *Manager) (wall, cpu time.Duration, err error) {
+func benchLongWait(a benchArgs, m *manager.Manager) (wall, cpu time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.Limit)
 	defer cancel()
 	var r0, r1 unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &r0)
 	t0 := time.Now()
-	l, err := m.Acquire(ctx, a.Name, RequestOptions{Mode: a.Mode})
+	l, err := m.Acquire(ctx, a.Name, manager.RequestOptions{Mode: a.Mode})
 	wall = time.Since(t0)
 	unix.Getrusage(unix.RUSAGE_SELF, &r1)
 	if err != nil {

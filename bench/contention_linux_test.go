@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
 	"fmt"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // BenchmarkContention: 2, 4 and 8 child processes loop greedily on one
@@ -81,8 +83,8 @@ func BenchmarkSharedReaders(b *testing.B) {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
 			var shm, fl loopResult
 			for i := 0; i < b.N; i++ {
-				shm = runLoop(b, loopCfg{kind: kindShm, procs: procs, mode: Shared, calib: true})
-				fl = runLoop(b, loopCfg{kind: kindFlock, procs: procs, mode: Shared})
+				shm = runLoop(b, loopCfg{kind: kindShm, procs: procs, mode: manager.Shared, calib: true})
+				fl = runLoop(b, loopCfg{kind: kindFlock, procs: procs, mode: manager.Shared})
 			}
 			b.ReportMetric(shm.opsPerSec(), "shm-ops/s")
 			b.ReportMetric(fl.opsPerSec(), "flock-ops/s")

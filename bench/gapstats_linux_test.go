@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
 	"sync/atomic"
@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
 )
 
 // TestGapStats checks the gap histogram of BenchmarkContention's
