@@ -292,6 +292,9 @@ func (m *Manager) WaitGraph(ctx context.Context) (WaitGraph, error) {
 	if m.be != nil {
 		return m.waitGraphBackend(ctx)
 	}
+	if m.t == nil {
+		return wg, errNeverOpened
+	}
 	if m.closed.Load() {
 		return wg, ErrClosed
 	}
