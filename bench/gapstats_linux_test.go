@@ -9,7 +9,6 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 // TestGapStats checks the gap histogram of BenchmarkContention's

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
 )
 
 // lineNs measures how long a cache line takes to cross between the first

@@ -98,7 +98,7 @@ type loopCfg struct {
 	ping    bool
 	pinned  bool
 	opts    *manager.OpenOptions // shm children's OpenOptions (nil: defaults)
-	calib   bool         // measure the two-processes-vs-one calibration first
+	calib   bool                 // measure the two-processes-vs-one calibration first
 	warmup  time.Duration
 	window  time.Duration
 

@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"golang.org/x/sys/unix"
-
 )
 
 // How long each request of BenchmarkGoroutines waited, from just before
