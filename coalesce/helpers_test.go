@@ -1,8 +1,6 @@
 package coalesce
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,51 +11,18 @@ import (
 	"github.com/shmlocks/shmlocks/manager/managertest"
 )
 
-// Bounds of every blocking wait in the tests: anything expected must happen
-// within eventually (the conformance suite's bound).
-var eventually = managertest.Eventually
-
-var smallTable = &manager.OpenOptions{MaxResources: 64, MaxRequests: 256, MaxAgents: 32, MaxNameLen: 64}
-
-func tablePath(t testing.TB) string { return filepath.Join(t.TempDir(), "locks.tbl") }
+// The tests' kit is managertest's (the kit of the packages built on a
+// Manager): a table for a test and the bounded waits.
+var (
+	eventually  = managertest.Eventually
+	smallTable  = managertest.SmallTable
+	tablePath   = managertest.TablePath
+	ctxT        = managertest.Context
+	waitPending = managertest.WaitPending
+)
 
 // openM opens a Manager on path (smallTable), closed at cleanup.
-func openM(t testing.TB, path string) *manager.Manager {
-	t.Helper()
-	m, err := manager.Open(path, smallTable)
-	require.NoError(t, err)
-	t.Cleanup(func() { m.Close() })
-	return m
-}
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// waitPending waits until m's Query shows n pending requests on name.
-func waitPending(t testing.TB, m *manager.Manager, name string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(eventually)
-	for {
-		s, err := m.Query(context.Background())
-		require.NoError(t, err)
-		c := 0
-		for _, p := range s.Pending {
-			if p.Name == name {
-				c++
-			}
-		}
-		if c == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d pending on %q, want %d: %+v", c, name, n, s)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+func openM(t testing.TB, path string) *manager.Manager { return managertest.Open(t, path, nil) }
 
 // checkAll runs the table's checker and the outcome store's.
 func checkAll(t testing.TB, m *manager.Manager) {

@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlocks/shmlocks/internal/proctest"
 	"github.com/shmlocks/shmlocks/internal/seam"
 	"github.com/shmlocks/shmlocks/manager"
 )
@@ -61,14 +61,14 @@ func counterLines(t *testing.T, path, prefix string) []string {
 // joinFollowers starts n callers of Coalesce on name in each child and waits
 // until they all wait in their process's flight, and until each child's
 // pilot is queued for the flight lock (held by the leader).
-func joinFollowers(t *testing.T, m *manager.Manager, name, counter, mode string, n int, cs ...*child) {
+func joinFollowers(t *testing.T, m *manager.Manager, name, counter, mode string, n int, cs ...*proctest.Child) {
 	t.Helper()
 	for i, c := range cs {
 		for j := 0; j < n; j++ {
-			c.send("coalesce %s f%d.%d %s %s", name, i, j, counter, mode)
+			c.Send("coalesce %s f%d.%d %s %s", name, i, j, counter, mode)
 		}
-		c.send("members %s %d", name, n)
-		c.expect("members " + name)
+		c.Send("members %s %d", name, n)
+		c.Expect("members " + name)
 	}
 	waitPending(t, m, "-c:"+name, len(cs))
 }
@@ -84,17 +84,17 @@ func TestCoalesceProcessesRunOnce(t *testing.T) {
 	m := openM(t, path)
 	counter := filepath.Join(t.TempDir(), "runs")
 	a, b, c := spawn(t, path), spawn(t, path), spawn(t, path)
-	c.send("coalesce x lead %s block", counter)
-	c.expect("running lead")
+	c.Send("coalesce x lead %s block", counter)
+	c.Expect("running lead")
 	joinFollowers(t, m, "x", counter, "quick", 3, a, b)
 	checkAll(t, m)
-	c.send("go lead")
-	lead := parseCoalesced(c.expect("coalesced lead"))
+	c.Send("go lead")
+	lead := parseCoalesced(c.Expect("coalesced lead"))
 	require.False(t, lead.shared)
 	require.Equal(t, "none", lead.errkind)
-	for _, ch := range []*child{a, b} {
+	for _, ch := range []*proctest.Child{a, b} {
 		for j := 0; j < 3; j++ {
-			got := parseCoalesced(ch.expect("coalesced"))
+			got := parseCoalesced(ch.Expect("coalesced"))
 			require.Equal(t, "none", got.errkind)
 			require.True(t, got.shared, "follower %s", got.tag)
 			require.Equal(t, lead.result, got.result, "follower %s", got.tag)
@@ -106,8 +106,8 @@ func TestCoalesceProcessesRunOnce(t *testing.T) {
 
 	// The flight is over: a caller arriving now runs fn again, and never
 	// gets the old bytes.
-	a.send("coalesce x late %s quick", counter)
-	late := parseCoalesced(a.expect("coalesced late"))
+	a.Send("coalesce x late %s quick", counter)
+	late := parseCoalesced(a.Expect("coalesced late"))
 	require.False(t, late.shared)
 	require.NotEqual(t, lead.result, late.result)
 	require.Len(t, counterLines(t, counter, "start"), 2)
@@ -120,14 +120,14 @@ func TestCoalesceLeaderKilled(t *testing.T) {
 	m := openM(t, path)
 	counter := filepath.Join(t.TempDir(), "runs")
 	a, b, c := spawn(t, path), spawn(t, path), spawn(t, path)
-	c.send("coalesce x lead %s hang", counter)
-	c.expect("running lead")
+	c.Send("coalesce x lead %s hang", counter)
+	c.Expect("running lead")
 	joinFollowers(t, m, "x", counter, "quick", 3, a, b)
-	c.kill()
+	c.Kill()
 	var results []coalesced
-	for _, ch := range []*child{a, b} {
+	for _, ch := range []*proctest.Child{a, b} {
 		for j := 0; j < 3; j++ {
-			got := parseCoalesced(ch.expect("coalesced"))
+			got := parseCoalesced(ch.Expect("coalesced"))
 			require.Equal(t, "none", got.errkind, "caller %s", got.tag)
 			results = append(results, got)
 		}
@@ -159,23 +159,23 @@ func TestCoalesceProcessesErrors(t *testing.T) {
 			m := openM(t, path)
 			counter := filepath.Join(t.TempDir(), "runs")
 			a, c := spawn(t, path), spawn(t, path)
-			c.send("coalesce x lead %s %s", counter, tc.mode)
-			c.expect("running lead")
+			c.Send("coalesce x lead %s %s", counter, tc.mode)
+			c.Expect("running lead")
 			joinFollowers(t, m, "x", counter, "quick", 2, a)
-			c.send("go lead")
-			got := parseCoalesced(c.expect("coalesced lead"))
+			c.Send("go lead")
+			got := parseCoalesced(c.Expect("coalesced lead"))
 			require.Equal(t, tc.lead, got.errkind)
 			require.False(t, got.shared)
 			for j := 0; j < 2; j++ {
-				got := parseCoalesced(a.expect("coalesced"))
+				got := parseCoalesced(a.Expect("coalesced"))
 				require.Equal(t, tc.follower, got.errkind, "follower %s", got.tag)
 				require.True(t, got.shared)
 				require.Empty(t, got.result)
 			}
 			require.Len(t, counterLines(t, counter, "start"), 1)
 			checkAll(t, m)
-			a.send("coalesce x again %s quick", counter)
-			again := parseCoalesced(a.expect("coalesced again"))
+			a.Send("coalesce x again %s quick", counter)
+			again := parseCoalesced(a.Expect("coalesced again"))
 			require.Equal(t, "none", again.errkind)
 			require.False(t, again.shared)
 			require.Len(t, counterLines(t, counter, "start"), 2)
@@ -200,23 +200,23 @@ func TestCoalesceNeverOlderThanArrival(t *testing.T) {
 	m := openM(t, path)
 	counter := filepath.Join(t.TempDir(), "runs")
 	a, c := spawn(t, path), spawn(t, path)
-	c.send("pause coalesce.renamed")
-	c.expect("armed")
-	c.send("coalesce x lead %s block", counter)
-	c.expect("running lead")
-	a.send("coalesce x early %s quick", counter)
-	a.send("members x 1")
-	a.expect("members x")
+	c.Send("pause coalesce.renamed")
+	c.Expect("armed")
+	c.Send("coalesce x lead %s block", counter)
+	c.Expect("running lead")
+	a.Send("coalesce x early %s quick", counter)
+	a.Send("members x 1")
+	a.Expect("members x")
 	waitPending(t, m, "-c:x", 1)
-	c.send("go lead")
-	c.expect("paused coalesce.renamed")
-	a.send("coalesce x late %s quick", counter)
-	a.send("members x 2")
-	a.expect("members x")
-	c.send("resume")
-	lead := parseCoalesced(c.expect("coalesced lead"))
-	early := parseCoalesced(a.expect("coalesced early"))
-	late := parseCoalesced(a.expect("coalesced late"))
+	c.Send("go lead")
+	c.Expect("paused coalesce.renamed")
+	a.Send("coalesce x late %s quick", counter)
+	a.Send("members x 2")
+	a.Expect("members x")
+	c.Send("resume")
+	lead := parseCoalesced(c.Expect("coalesced lead"))
+	early := parseCoalesced(a.Expect("coalesced early"))
+	late := parseCoalesced(a.Expect("coalesced late"))
 	require.Equal(t, lead.result, early.result)
 	require.True(t, early.shared)
 	require.False(t, late.shared, "the late caller leads")
@@ -248,24 +248,17 @@ func TestCoalesceCrashPoints(t *testing.T) {
 			m := openM(t, path)
 			counter := filepath.Join(t.TempDir(), "runs")
 			a, c := spawn(t, path), spawn(t, path)
-			c.send("crash %s", point)
-			c.expect("armed")
-			c.send("coalesce x lead %s block", counter)
-			c.expect("running lead")
+			c.Send("crash %s", point)
+			c.Expect("armed")
+			c.Send("coalesce x lead %s block", counter)
+			c.Expect("running lead")
 			joinFollowers(t, m, "x", counter, "quick", 2, a)
-			c.send("go lead")
-			deadline := time.After(eventually)
-			for open := true; open; { // until it died at its crash point
-				select {
-				case _, open = <-c.lines:
-				case <-deadline:
-					t.Fatalf("leader did not reach %s within %v", point, eventually)
-				}
-			}
-			c.wait()
+			c.Send("go lead")
+			c.Closed() // it died at its crash point
+			c.Wait()
 			var got []coalesced
 			for j := 0; j < 2; j++ {
-				r := parseCoalesced(a.expect("coalesced"))
+				r := parseCoalesced(a.Expect("coalesced"))
 				require.Equal(t, "none", r.errkind)
 				got = append(got, r)
 			}
@@ -301,19 +294,19 @@ func TestCoalesceProcessesStress(t *testing.T) {
 	m := openM(t, path)
 	counter := filepath.Join(t.TempDir(), "runs")
 	v := spawn(t, path)
-	v.send("coalesce x victim %s hang", counter)
-	v.expect("running victim")
-	var cs []*child
+	v.Send("coalesce x victim %s hang", counter)
+	v.Expect("running victim")
+	var cs []*proctest.Child
 	for i := 0; i < procs; i++ {
 		c := spawn(t, path)
-		c.send("loop x %d %d %s", goroutines, rounds, counter)
+		c.Send("loop x %d %d %s", goroutines, rounds, counter)
 		cs = append(cs, c)
 	}
 	waitPending(t, m, "-c:x", procs)
-	v.kill()
+	v.Kill()
 	calls := 0
 	for _, c := range cs {
-		line := c.expect("loopdone")
+		line := c.Expect("loopdone")
 		var n, led, failed int
 		var results string
 		for _, f := range strings.Fields(line)[1:] {
@@ -329,7 +322,7 @@ func TestCoalesceProcessesStress(t *testing.T) {
 				results = val
 			}
 		}
-		require.Zero(t, failed, "child %d: %s", c.pid, line)
+		require.Zero(t, failed, "child %d: %s", c.Pid, line)
 		require.Equal(t, goroutines*rounds, n)
 		runs := counterLines(t, counter, "run")
 		for _, r := range strings.Split(results, ",") {

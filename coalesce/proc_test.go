@@ -1,22 +1,17 @@
 package coalesce
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
-	"github.com/shmlocks/shmlocks/internal/seam"
+	"github.com/shmlocks/shmlocks/internal/proctest"
+	"github.com/shmlocks/shmlocks/internal/testhooks"
 	"github.com/shmlocks/shmlocks/manager"
 )
 
@@ -43,32 +38,13 @@ import (
 //	crash POINT         -> at crash point POINT: SIGKILLs itself
 //	refreshround K G DIR WANT401 -> seed_tokenrefresh_test.go
 //
-// A watchdog makes a stuck child exit with a message instead of hanging
-// the test.
-const (
-	envRole  = "SHMLOCKS_COALESCE_TEST_ROLE"
-	envTable = "SHMLOCKS_COALESCE_TEST_TABLE"
-)
-
+// The child is a role of internal/proctest (its watchdog makes a stuck
+// child exit with a message instead of hanging the test).
 func TestHelperProcess(t *testing.T) {
-	if os.Getenv(envRole) == "" {
-		t.Skip("helper process for the multi-process tests")
-	}
-	go func() {
-		time.Sleep(60 * time.Second)
-		fmt.Println("error watchdog child stuck for 60s")
-		os.Exit(3)
-	}()
-	os.Exit(childMain())
+	proctest.Main(t, proctest.Roles{"agent": childMain})
 }
 
-var childOut sync.Mutex
-
-func say(format string, args ...any) {
-	childOut.Lock()
-	fmt.Printf(format+"\n", args...)
-	childOut.Unlock()
-}
+var say = proctest.Say
 
 var (
 	childGates  sync.Map // tag -> chan struct{}
@@ -106,20 +82,15 @@ func appendLine(path, line string) {
 	f.Close()
 }
 
-func childMain() int {
-	m, err := manager.Open(os.Getenv(envTable), smallTable)
+func childMain(args []string) int {
+	m, err := manager.Open(args[0], smallTable)
 	if err != nil {
 		say("error open %v", err)
 		return 2
 	}
 	g := New(m)
 	say("ready %d", os.Getpid())
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		f := strings.Fields(in.Text())
-		if len(f) == 0 {
-			continue
-		}
+	for f := range proctest.Commands() {
 		switch f[0] {
 		case "coalesce":
 			childDo(g, f[1], f[2], f[3], f[4])
@@ -144,7 +115,7 @@ func childMain() int {
 			close(gate(f[1]))
 		case "pause":
 			point := f[1]
-			seam.SetCrashHook(func(p string) {
+			testhooks.SetCrash(func(p string) {
 				if p == point {
 					say("paused %s", p)
 					<-childResume
@@ -155,7 +126,7 @@ func childMain() int {
 			close(childResume)
 		case "crash":
 			point := f[1]
-			seam.SetCrashHook(func(p string) {
+			testhooks.SetCrash(func(p string) {
 				if p == point {
 					self, _ := os.FindProcess(os.Getpid())
 					self.Kill() // SIGKILL: no deferred code, no Close
@@ -245,96 +216,12 @@ func childLoop(g *Group, key string, n, rounds int, counter string) {
 	say("loopdone calls=%d led=%d failed=%d results=%s", calls, led, failed, strings.Join(rs, ","))
 }
 
-// child is a running helper process.
-type child struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string
-	buf    []string
-	pid    int
-	waited bool
-}
-
 // spawn starts a child agent on the table at path and waits for "ready".
-func spawn(t testing.TB, path string) *child {
+func spawn(t testing.TB, path string) *proctest.Child {
 	t.Helper()
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^TestHelperProcess$", "-test.v=false")
-	cmd.Env = append(os.Environ(), envRole+"=agent", envTable+"="+path)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	c := &child{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-	}()
-	t.Cleanup(func() { c.kill() })
-	c.pid, _ = strconv.Atoi(strings.Fields(c.expect("ready"))[1])
+	c := proctest.SpawnWith(t, proctest.Options{Within: eventually}, "agent", path)
+	c.Expect("ready")
 	return c
-}
-
-func (c *child) send(format string, args ...any) {
-	c.t.Helper()
-	_, err := fmt.Fprintf(c.stdin, format+"\n", args...)
-	require.NoError(c.t, err)
-}
-
-// expect returns the first line starting with prefix (waiting up to
-// eventually); an "error" line or the child's exit fails the test.
-func (c *child) expect(prefix string) string {
-	c.t.Helper()
-	for i, l := range c.buf {
-		if strings.HasPrefix(l, prefix) {
-			c.buf = append(c.buf[:i], c.buf[i+1:]...)
-			return l
-		}
-	}
-	deadline := time.After(eventually)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				c.t.Fatalf("child %d exited while expecting %q (unread: %q)", c.pid, prefix, c.buf)
-			}
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-			if strings.HasPrefix(l, "error") {
-				c.t.Fatalf("child %d: %s (expecting %q)", c.pid, l, prefix)
-			}
-			c.buf = append(c.buf, l)
-		case <-deadline:
-			c.t.Fatalf("child %d: no %q within %v (unread: %q)", c.pid, prefix, eventually, c.buf)
-		}
-	}
-}
-
-// kill SIGKILLs the child and waits for it (a zombie would still look alive to kill(pid, 0)).
-func (c *child) kill() {
-	if c.waited {
-		return
-	}
-	c.cmd.Process.Kill()
-	c.wait()
-}
-
-// wait reaps the child process.
-func (c *child) wait() error {
-	if c.waited {
-		return nil
-	}
-	c.waited = true
-	c.stdin.Close()
-	return c.cmd.Wait()
 }
 
 // parseFields maps the key=value fields of a line.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlocks/shmlocks/internal/proctest"
 	"github.com/shmlocks/shmlocks/manager"
 )
 
@@ -214,7 +215,7 @@ func TestSeedTokenRefresh(t *testing.T) {
 	srv := tokenServer{dir: dir}
 	require.NoError(t, writeTokens(srv.state(), tokenPair{Access: "a0", Refresh: "r0"}))
 	require.NoError(t, writeTokens(filepath.Join(dir, "store.json"), tokenPair{Access: "a0", Refresh: "r0"}))
-	var cs []*child
+	var cs []*proctest.Child
 	for i := 0; i < procs; i++ {
 		cs = append(cs, spawn(t, path))
 	}
@@ -224,11 +225,11 @@ func TestSeedTokenRefresh(t *testing.T) {
 		st.Expired = true // the access token expires
 		require.NoError(t, writeTokens(srv.state(), st))
 		for _, c := range cs {
-			c.send("refreshround %d %d %s %d", k, goroutines, dir, k*procs*goroutines)
+			c.Send("refreshround %d %d %s %d", k, goroutines, dir, k*procs*goroutines)
 		}
 		for _, c := range cs {
-			f := parseFields(c.expect(fmt.Sprintf("refreshdone %d", k)))
-			require.Equal(t, "0", f["failed"], "child %d round %d", c.pid, k)
+			f := parseFields(c.Expect(fmt.Sprintf("refreshdone %d", k)))
+			require.Equal(t, "0", f["failed"], "child %d round %d", c.Pid, k)
 			total401 += atoi(f["n401"])
 			totalRuns += atoi(f["fnruns"])
 		}

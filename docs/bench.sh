@@ -6,6 +6,9 @@
 #   bash docs/bench.sh                 # or: make bench
 #   COUNT=5 OUT=/tmp/b bash docs/bench.sh
 #   SUMMARY_ONLY=1 bash docs/bench.sh  # re-summarise $OUT/*.txt without running
+#   BENCHTIME=1x COUNT=1 SHMLOCKS_BENCH_WINDOW=100ms bash docs/bench.sh
+#                                      # every benchmark once, briefly: a check
+#                                      # that they run (the figures mean nothing)
 #
 # Knobs read by the benchmarks: SHMLOCKS_BENCH_WINDOW (multi-process
 # measurement window, default 1s), SHMLOCKS_BENCH_SPIN (SpinLimit of the
@@ -18,6 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 COUNT=${COUNT:-3}
+BENCHTIME=${BENCHTIME:-}
 OUT=${OUT:-bench-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -26,7 +30,7 @@ if [ -z "${SUMMARY_ONLY:-}" ]; then
 	{
 		echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 		echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (dirty tree)')"
-		echo "uncommitted: $(git status --porcelain 2>/dev/null | awk '{print $2}' | grep -v -e '^docs/bench' -e '^manager/bench_' | tr '\n' ' ')"
+		echo "uncommitted: $(git status --porcelain 2>/dev/null | awk '{print $2}' | grep -v -e '^docs/bench' -e '^bench/' | tr '\n' ' ')"
 		echo "go: $($GO version)"
 		echo "kernel: $(uname -sr)"
 		echo "cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ //'), $(nproc) CPUs"
@@ -34,9 +38,10 @@ if [ -z "${SUMMARY_ONLY:-}" ]; then
 		echo "count: $COUNT"
 	} >"$OUT/machine.txt"
 	cat "$OUT/machine.txt"
+	$GO test -c -o "$OUT/bench.test" ./bench/
 	$GO test -c -o "$OUT/manager.test" ./manager/
-	cd manager # the test binary runs in its package directory, as go test does
-	T="$OUT/manager.test"
+	cd bench # a test binary runs in its package directory, as go test does
+	T="$OUT/bench.test"
 	# One process: the framework sizes the iterations (default benchtime).
 	# The uncontended costs are measured in a process of their own: after
 	# the 100,000-name benchmark the same Acquire+Release ran ~10 ns slower
@@ -48,17 +53,18 @@ if [ -z "${SUMMARY_ONLY:-}" ]; then
 	# the CAS floor stayed at 15-16.5 ns.
 	: >"$OUT/inproc.txt"
 	for i in $(seq "$COUNT"); do
-		"$T" -test.run '^$' -test.bench '^BenchmarkUncontended$' \
+		"$T" -test.run '^$' -test.bench '^BenchmarkUncontended$' ${BENCHTIME:+-test.benchtime "$BENCHTIME"} \
 			-test.benchmem -test.count 1 -test.timeout 20m | tee -a "$OUT/inproc.txt"
-		"$T" -test.run '^$' -test.bench '^Benchmark(ScaleNames|QueuedOther|DrainSameName|Query10k)$' \
+		"$T" -test.run '^$' -test.bench '^Benchmark(ScaleNames|QueuedOther|DrainSameName|Query10k)$' ${BENCHTIME:+-test.benchtime "$BENCHTIME"} \
 			-test.benchmem -test.count 1 -test.timeout 20m | tee -a "$OUT/inproc.txt"
 	done
 	# Several processes: each iteration is one complete measurement.
 	"$T" -test.run '^$' -test.bench '^Benchmark(Handoff|Contention|Goroutines|SharedReaders|LongWait|YieldShare)$' \
 		-test.benchtime 1x -test.count "$COUNT" -test.timeout 20m | tee "$OUT/multiproc.txt"
 	"$T" -test.run '^$' -test.bench '^BenchmarkDeathToGrant$' \
-		-test.benchtime 30x -test.count "$COUNT" -test.timeout 10m | tee "$OUT/death.txt"
-	"$T" -test.run '^TestThreadsStayFewWith5000Waiters$' -test.v -test.count 1 -test.timeout 5m | tee "$OUT/threads.txt"
+		-test.benchtime "${BENCHTIME:-30x}" -test.count "$COUNT" -test.timeout 10m | tee "$OUT/death.txt"
+	cd ../manager
+	"$OUT/manager.test" -test.run '^TestThreadsStayFewWith5000Waiters$' -test.v -test.count 1 -test.timeout 5m | tee "$OUT/threads.txt"
 	cd ..
 fi
 

@@ -3,20 +3,18 @@
 package futex
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shmlocks/shmlocks/internal/proctest"
 )
 
 // Layout of the shared test file.
@@ -40,45 +38,40 @@ func mapShared(path string) ([]byte, error) {
 
 func word(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
 
-// TestHelperProcess is not a real test: it is the child side of
-// TestCrossProcessWake, selected by FUTEX_TEST_ROLE.
+// TestHelperProcess is not a real test: it runs the children of the
+// multi-process tests (internal/proctest).
 func TestHelperProcess(t *testing.T) {
-	if os.Getenv("FUTEX_TEST_ROLE") != "waiter" {
-		t.Skip("helper process only")
-	}
-	// Watchdog: never outlive a broken parent or a lost wake-up.
-	time.AfterFunc(20*time.Second, func() {
-		fmt.Println("RESULT watchdog-expired")
-		os.Exit(3)
-	})
-	b, err := mapShared(os.Getenv("FUTEX_TEST_PATH"))
+	proctest.Main(t, proctest.Roles{"waiter": waiterChild})
+}
+
+// waiterChild is the child side of TestCrossProcessWake: it maps the file
+// args[0], sets the ready word, waits on the word with no timeout until it
+// is not 0, and prints "RESULT woke value=V".
+func waiterChild(args []string) int {
+	b, err := mapShared(args[0])
 	if err != nil {
-		fmt.Printf("RESULT error=%v\n", err)
-		os.Exit(2)
+		proctest.Say("RESULT error=%v", err)
+		return 2
 	}
 	ready, w := word(b, offReady), word(b, offWord)
 	atomic.StoreUint32(ready, 1)
 	if _, err := Wake(ready, 0); err != nil {
-		fmt.Printf("RESULT error=%v\n", err)
-		os.Exit(2)
+		proctest.Say("RESULT error=%v", err)
+		return 2
 	}
 	for atomic.LoadUint32(w) == 0 {
 		// No timeout: only the parent's Wake (or, when polling, the changed
 		// value) can release this wait.
 		if err := Wait(w, 0, 0); err != nil {
-			fmt.Printf("RESULT error=%v\n", err)
-			os.Exit(2)
+			proctest.Say("RESULT error=%v", err)
+			return 2
 		}
 	}
-	fmt.Printf("RESULT woke value=%#x\n", atomic.LoadUint32(w))
-	os.Exit(0)
+	proctest.Say("RESULT woke value=%#x", atomic.LoadUint32(w))
+	return 0
 }
 
 func TestCrossProcessWake(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Skipf("os.Executable: %v", err)
-	}
 	path := filepath.Join(t.TempDir(), "words")
 	if err := os.WriteFile(path, make([]byte, fileSize), 0o600); err != nil {
 		t.Fatal(err)
@@ -90,24 +83,7 @@ func TestCrossProcessWake(t *testing.T) {
 	defer unix.Munmap(b)
 	ready, w := word(b, offReady), word(b, offWord)
 
-	var stdout bytes.Buffer
-	cmd := exec.Command(exe, "-test.run=^TestHelperProcess$")
-	cmd.Env = append(os.Environ(), "FUTEX_TEST_ROLE=waiter", "FUTEX_TEST_PATH="+path,
-		// Under -race, skip the race runtime's default 1 s sleep at exit.
-		"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	cmd.Stdout = &stdout
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
+	c := proctest.SpawnWith(t, proctest.Options{Within: deadline}, "waiter", path)
 	stop := time.Now().Add(deadline)
 
 	// Wait (on a futex, bounded) for the child to have mapped the file.
@@ -144,23 +120,11 @@ func TestCrossProcessWake(t *testing.T) {
 	if _, err := Wake(w, 0); err != nil {
 		t.Fatalf("Wake: %v", err)
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("child failed: %v\nstdout:\n%s", err, stdout.String())
-		}
-	case <-time.After(time.Until(stop)):
-		t.Fatal("child did not exit after being woken")
-	}
 	want := fmt.Sprintf("RESULT woke value=%#x", wakeValue)
-	var found bool
-	sc := bufio.NewScanner(strings.NewReader(stdout.String()))
-	for sc.Scan() {
-		if sc.Text() == want {
-			found = true
-		}
+	if l := c.Expect("RESULT"); l != want {
+		t.Fatalf("child said %q, want %q", l, want)
 	}
-	if !found {
-		t.Fatalf("child output %q does not contain %q", stdout.String(), want)
+	if err := c.Wait(); err != nil {
+		t.Fatalf("child failed: %v", err)
 	}
 }

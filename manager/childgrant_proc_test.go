@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Child-side command of the child grant tests (see proc_test.go for the
@@ -31,9 +33,9 @@ func childGrantCommand(m *Manager, f []string) {
 						select {}
 					})
 				}
-				for deadline := time.Now().Add(eventually); kidsWaiting(l) != n-1; time.Sleep(time.Millisecond) {
+				for deadline := time.Now().Add(eventually); KidsWaiting(l) != n-1; time.Sleep(time.Millisecond) {
 					if time.Now().After(deadline) {
-						say("error %s %d children waiting, want %d", name, kidsWaiting(l), n-1)
+						say("error %s %d children waiting, want %d", name, KidsWaiting(l), n-1)
 						return nil
 					}
 				}
@@ -57,24 +59,24 @@ func TestChildGrantHolderKilled(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, nil)
 	q := spawn(t, path, nil)
-	q.send("kids x 3")
-	tok := tokenOf(q.expect("holding x"))
-	require.Equal(t, tok, tokenOf(q.expect("inkid x")), "a child has its grant's token")
-	q.expect("kidswaiting x 2")
+	q.Send("kids x 3")
+	tok := tokenOf(q.Expect("holding x"))
+	require.Equal(t, tok, tokenOf(q.Expect("inkid x")), "a child has its grant's token")
+	q.Expect("kidswaiting x 2")
 	require.Equal(t, 1, heldCount(t, m, "x"), "children hold nothing in the table")
 
 	ctx := ctxT(t, eventually)
 	p := acquireAsync(ctx, m, "x", RequestOptions{})
 	waitPending(t, m, "x", 1)
 	r := spawn(t, path, nil)
-	r.send("acquire x")
+	r.Send("acquire x")
 	waitPending(t, m, "x", 2)
 	mustBlock(t, p, "P while Q and its children hold x")
 
-	q.kill()
+	q.Kill()
 	l := mustGrant(t, p, "P after Q was killed inside a child grant")
 	require.Greater(t, l.Token(), tok)
-	r.quiet("acquired x")
+	r.Quiet("acquired x", quietPeriod)
 	s, err := m.Query(ctx)
 	require.NoError(t, err)
 	var holders []LockInfo
@@ -87,8 +89,8 @@ func TestChildGrantHolderKilled(t *testing.T) {
 	require.Equal(t, m.ClientID(), holders[0].ClientID)
 	check(t, m)
 	require.NoError(t, l.Release())
-	require.Greater(t, tokenOf(r.expect("acquired x")), l.Token())
-	r.send("release x")
-	r.expect("released x")
+	require.Greater(t, tokenOf(r.Expect("acquired x")), l.Token())
+	r.Send("release x")
+	r.Expect("released x")
 	check(t, m)
 }

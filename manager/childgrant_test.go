@@ -1,39 +1,24 @@
-package manager
+package manager_test
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Child grants follow the lock's own rules (reentrant.go, fnctx.go).
 
-// kidsWaiting is the number of child requests of p waiting for its other
-// children.
-func kidsWaiting(p *Lock) int {
-	e := p.ext.Load()
-	if e == nil {
-		return 0
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.kids == nil {
-		return 0
-	}
-	return len(e.kids.queue)
-}
-
 // waitKids waits (bounded) until n child requests of p wait.
 func waitKids(t testing.TB, p *Lock, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(eventually); kidsWaiting(p) != n; {
+	for deadline := time.Now().Add(eventually); KidsWaiting(p) != n; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d child requests waiting, want %d", kidsWaiting(p), n)
+			t.Fatalf("%d child requests waiting, want %d", KidsWaiting(p), n)
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
@@ -70,7 +55,7 @@ func TestChildStaleCtxCarriesNothing(t *testing.T) {
 			require.ErrorIs(t, err, ErrAborted, "the kept fn ctx is done")
 			_, err = m.Acquire(live, "a", RequestOptions{IfAvailable: true})
 			require.ErrorIs(t, err, ErrNotAvailable, "round %d: the kept ctx must not be a child of this grant", round)
-			require.Empty(t, carriedRefs(live), "no deadlock tag from an ended grant")
+			require.Empty(t, CarriedRefs(live), "no deadlock tag from an ended grant")
 			require.Zero(t, l.Reentries())
 			return nil
 		}))
@@ -89,168 +74,6 @@ func TestChildStaleCtxCarriesNothing(t *testing.T) {
 	l := mustGrant(t, q, "the kept ctx's request after the holder released")
 	require.Greater(t, l.Token(), h.Token(), "a grant of the table, not a child")
 	require.NoError(t, l.Release())
-	check(t, m)
-}
-
-// fn's ctx obeys context.Context: not done during fn, done with a non-nil
-// Err after Request returns (whether or not Done was asked for during fn),
-// one Done channel, and contexts derived from it never panic.
-func TestFnCtxObeysContext(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
-	parents := map[string]func() (context.Context, context.CancelFunc){
-		"background":  func() (context.Context, context.CancelFunc) { return context.Background(), func() {} },
-		"cancellable": func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) },
-		"foreign":     newForeignCtx, // not a context package type: no shortcut
-
-	}
-	for name, mk := range parents {
-		t.Run(name, func(t *testing.T) {
-			for _, askDone := range []bool{false, true} {
-				parent, cancel := mk()
-				var kept context.Context
-				var done <-chan struct{}
-				require.NoError(t, m.Request(parent, "c", RequestOptions{}, func(c context.Context, l *Lock) error {
-					kept = c
-					require.NoError(t, c.Err())
-					if askDone {
-						done = c.Done()
-						require.False(t, isClosed(done))
-					}
-					return nil
-				}))
-				if !askDone {
-					done = kept.Done()
-				}
-				require.True(t, isClosed(done), "done after Request returned")
-				require.Equal(t, done, kept.Done(), "one Done channel")
-				require.ErrorIs(t, kept.Err(), context.Canceled)
-				d, dcancel := context.WithTimeout(kept, time.Hour)
-				select {
-				case <-d.Done():
-				case <-time.After(eventually):
-					t.Fatal("a ctx derived from an ended fn ctx is not done")
-				}
-				require.ErrorIs(t, d.Err(), context.Canceled)
-				dcancel()
-				cancel()
-			}
-			// The parent's end reaches fn's ctx, with the parent's error.
-			parent, cancel := mk()
-			require.NoError(t, m.Request(parent, "c", RequestOptions{}, func(c context.Context, l *Lock) error {
-				if parent.Done() == nil {
-					return nil
-				}
-				cancel()
-				select {
-				case <-c.Done():
-				case <-time.After(eventually):
-					t.Fatal("fn's ctx not done after its parent was cancelled")
-				}
-				require.ErrorIs(t, c.Err(), context.Canceled)
-				return nil
-			}))
-			cancel()
-		})
-	}
-}
-
-// foreignCtx is a cancellable context of a type the context package does
-// not know.
-type foreignCtx struct {
-	context.Context
-	done chan struct{}
-	once sync.Once
-	err  atomic.Pointer[error]
-}
-
-func newForeignCtx() (context.Context, context.CancelFunc) {
-	f := &foreignCtx{Context: context.Background(), done: make(chan struct{})}
-	return f, func() {
-		f.once.Do(func() {
-			err := context.Canceled
-			f.err.Store(&err)
-			close(f.done)
-		})
-	}
-}
-
-func (f *foreignCtx) Done() <-chan struct{} { return f.done }
-
-func (f *foreignCtx) Err() error {
-	if p := f.err.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// Contexts derived from fn's ctx, cancelled before or after Request returns,
-// and fn's ctx watched by a goroutine as Request returns: Err is never nil
-// once Done is closed (the context package panics with "missing cancel
-// error" otherwise).
-func TestFnCtxDerivedNeverPanics(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
-	parent, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var bad atomic.Int32
-	var wg sync.WaitGroup
-	for i := 0; i < 2000; i++ {
-		p := parent
-		if i%2 == 1 {
-			p = context.Background()
-		}
-		require.NoError(t, m.Request(p, "d", RequestOptions{}, func(c context.Context, l *Lock) error {
-			d, dcancel := context.WithTimeout(c, time.Hour)
-			if i%3 == 0 {
-				dcancel()
-			} else {
-				wg.Add(1)
-				go func() { // outlives fn: cancelled by the end of the grant
-					defer wg.Done()
-					<-d.Done()
-					dcancel()
-				}()
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-c.Done()
-				if c.Err() == nil {
-					bad.Add(1)
-				}
-			}()
-			return nil
-		}))
-	}
-	wg.Wait()
-	require.Zero(t, bad.Load(), "fn's ctx was done with a nil Err")
-}
-
-// The documented nested Request (docs/coalesce.md): a request through fn's
-// ctx is a child; through the child's fn ctx, a child of the child. With a
-// Background and a cancellable parent.
-func TestNestedRequestThroughFnCtx(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
-	cancellable, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for _, parent := range []context.Context{context.Background(), cancellable} {
-		for i := 0; i < 200; i++ {
-			err := m.Request(parent, "n", RequestOptions{}, func(c1 context.Context, l1 *Lock) error {
-				return m.Request(c1, "n", RequestOptions{}, func(c2 context.Context, l2 *Lock) error {
-					require.Equal(t, l1.Token(), l2.Token())
-					return m.Request(c2, "n", RequestOptions{Mode: Shared}, func(c3 context.Context, l3 *Lock) error {
-						require.Equal(t, l1.Token(), l3.Token())
-						require.Equal(t, 1, l1.Reentries())
-						require.Equal(t, 1, l2.Reentries())
-						if i == 0 {
-							require.Equal(t, 1, heldCount(t, m, "n"), "children hold nothing in the table")
-						}
-						return nil
-					})
-				})
-			})
-			require.NoError(t, err)
-		}
-	}
 	check(t, m)
 }
 
@@ -289,7 +112,7 @@ func TestChildrenFanOutExclusive(t *testing.T) {
 				t.Fatalf("child %d not granted", want)
 			}
 			require.Equal(t, int32(1), inside.Load(), "two exclusive children at once")
-			require.Equal(t, len(gates)-1-want, kidsWaiting(l))
+			require.Equal(t, len(gates)-1-want, KidsWaiting(l))
 			close(gates[want])
 			require.NoError(t, <-errs)
 		}
@@ -335,13 +158,13 @@ func TestChildrenModesAndOrder(t *testing.T) {
 	mustBlock(t, sh, "shared child while an exclusive child is held")
 	abort()
 	r := <-ab
-	require.ErrorIs(t, r.err, ErrAborted)
-	require.ErrorIs(t, r.err, context.Canceled)
+	require.ErrorIs(t, r.Err, ErrAborted)
+	require.ErrorIs(t, r.Err, context.Canceled)
 	mustBlock(t, sh, "shared child while an exclusive child is held")
 	require.NoError(t, e.Release())
 	s3 := mustGrant(t, sh, "shared child once the exclusive one left")
 	require.Equal(t, 1, g.Reentries())
-	require.Zero(t, kidsWaiting(g))
+	require.Zero(t, KidsWaiting(g))
 
 	// A shared waiter behind an exclusive waiter that aborts, while a
 	// shared child is held: granted when the exclusive one leaves the queue.
@@ -352,7 +175,7 @@ func TestChildrenModesAndOrder(t *testing.T) {
 	waitKids(t, g, 2)
 	mustBlock(t, sh, "shared child behind a waiting exclusive one")
 	abort()
-	require.ErrorIs(t, (<-ab).err, ErrAborted)
+	require.ErrorIs(t, (<-ab).Err, ErrAborted)
 	s4 := mustGrant(t, sh, "shared child once the exclusive waiter aborted")
 	require.Equal(t, 2, g.Reentries())
 	require.NoError(t, s3.Release())
@@ -508,70 +331,4 @@ func TestDeadlockNoTagFromEndedGrant(t *testing.T) {
 		return nil
 	}))
 	require.NoError(t, <-cRes)
-}
-
-// RequestAll's fn ctx carries its grants: a request on one of the names is
-// a child; after RequestAll returns the ctx is done.
-func TestRequestAllCtxCarriesItsGrants(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
-	ctx := ctxT(t, eventually)
-	var kept context.Context
-	require.NoError(t, m.RequestAll(ctx, []string{"b", "a"}, RequestOptions{}, func(c context.Context, locks []*Lock) error {
-		kept = c
-		l, err := m.Acquire(c, "b", RequestOptions{IfAvailable: true})
-		require.NoError(t, err)
-		require.Equal(t, locks[1].Token(), l.Token())
-		require.Equal(t, 1, locks[1].Reentries())
-		return l.Release()
-	}))
-	require.Error(t, kept.Err())
-	l, err := m.Acquire(context.WithoutCancel(kept), "b", RequestOptions{IfAvailable: true})
-	require.NoError(t, err, "a grant of the table: the name is free")
-	require.Zero(t, l.Reentries())
-	require.NoError(t, l.Release())
-}
-
-// The Lock of Request's fn released by fn itself: the grant has ended, so
-// fn's ctx is done and carries nothing from then on; Request returns fn's
-// error.
-func TestFnReleasesItsLock(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
-	ctx := ctxT(t, eventually)
-	boom := errors.New("boom")
-	err := m.Request(ctx, "r", RequestOptions{}, func(c context.Context, l *Lock) error {
-		done := c.Done()
-		require.NoError(t, l.Release())
-		require.True(t, isClosed(done), "fn's ctx is done once its grant ended")
-		require.ErrorIs(t, c.Err(), context.Canceled)
-		o, err := m.Acquire(context.WithoutCancel(c), "r", RequestOptions{IfAvailable: true})
-		require.NoError(t, err)
-		require.Greater(t, o.Token(), l.Token(), "a grant of the table, not a child of a released grant")
-		require.NoError(t, o.Release())
-		return boom
-	})
-	require.ErrorIs(t, err, boom)
-	require.NotErrorIs(t, err, ErrReleased)
-}
-
-// context.Cause of fn's ctx: the parent's cause when the parent ended it,
-// else its own Err (never nil once done).
-func TestFnCtxCause(t *testing.T) {
-	m := openM(t, tablePath(t), nil)
-	boom := errors.New("boom")
-	parent, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	var kept context.Context
-	require.NoError(t, m.Request(parent, "k", RequestOptions{}, func(c context.Context, l *Lock) error {
-		kept = c
-		require.NoError(t, context.Cause(c))
-		return nil
-	}))
-	require.ErrorIs(t, context.Cause(kept), context.Canceled, "ended with its grant")
-	require.NoError(t, m.Request(parent, "k", RequestOptions{}, func(c context.Context, l *Lock) error {
-		cancel(boom)
-		<-c.Done()
-		require.ErrorIs(t, c.Err(), context.Canceled)
-		require.ErrorIs(t, context.Cause(c), boom, "the parent's cause")
-		return nil
-	}))
 }

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Close, cancellation and release racing with grants: nothing held is
@@ -31,7 +33,7 @@ func TestCloseReleasesAndAborts(t *testing.T) {
 	waitPending(t, m2, "d", 1)
 	require.NoError(t, m1.Close())
 	r := <-w1
-	require.ErrorIs(t, r.err, ErrClosed)
+	require.ErrorIs(t, r.Err, ErrClosed)
 	select {
 	case <-l.Lost():
 	default:
@@ -126,13 +128,13 @@ func TestCancelRacingGrant(t *testing.T) {
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), eventually) // cancelled below; the deadline only bounds the test
 		ch := acquireAsync(ctx, m, "race", RequestOptions{})
-		waitQueued(t, m, 1)
+		waitWaiting(t, m, 1)
 		var r result
 		switch i % 3 {
 		case 0: // the grant is seen before the cancellation: granted
 			require.NoError(t, h.Release())
 			r = <-ch
-			require.NoError(t, r.err)
+			require.NoError(t, r.Err)
 			cancel()
 		case 1: // the cancellation first, then the release: aborted (a racing grant is passed on)
 			cancel()
@@ -146,20 +148,20 @@ func TestCancelRacingGrant(t *testing.T) {
 			close(start)
 			wg.Wait()
 		}
-		if r.l == nil && r.err == nil {
+		if r.Lock == nil && r.Err == nil {
 			r = <-ch
 		}
 		if i%3 == 1 {
-			require.ErrorIs(t, r.err, ErrAborted)
+			require.ErrorIs(t, r.Err, ErrAborted)
 		}
-		if r.err == nil {
+		if r.Err == nil {
 			granted++
-			require.NoError(t, r.l.Release())
+			require.NoError(t, r.Lock.Release())
 		} else {
 			aborted++
-			require.ErrorIs(t, r.err, ErrAborted)
+			require.ErrorIs(t, r.Err, ErrAborted)
 		}
-		waitQueued(t, m, 0)
+		waitWaiting(t, m, 0)
 		for m.Table().Usage().Held != 0 {
 			runtime.Gosched()
 		}
@@ -171,7 +173,8 @@ func TestCancelRacingGrant(t *testing.T) {
 	require.Equal(t, 0, m.Table().Usage().Slots)
 }
 
-func waitQueued(t testing.TB, m *Manager, n int) {
+// waitWaiting waits (bounded) until the table shows n waiting requests.
+func waitWaiting(t testing.TB, m *Manager, n int) {
 	deadline := time.Now().Add(eventually)
 	for m.Table().Usage().Waiting != n {
 		require.True(t, time.Now().Before(deadline))
@@ -227,8 +230,8 @@ func TestReleaseRacingClose(t *testing.T) {
 // would wait for the periodic scan.
 func TestCloseLeavesNoParkedCount(t *testing.T) {
 	pause := func() { time.Sleep(20 * time.Millisecond) } // widens the race; Close must wait it out
-	closedParkHook.Store(&pause)
-	t.Cleanup(func() { closedParkHook.Store(nil) })
+	ClosedParkHook.Store(&pause)
+	t.Cleanup(func() { ClosedParkHook.Store(nil) })
 	path := tablePath(t)
 	m0 := openM(t, path, nil)
 	ctx := ctxT(t, eventually)
@@ -242,22 +245,22 @@ func TestCloseLeavesNoParkedCount(t *testing.T) {
 			res[i] = acquireAsync(ctx, m1, "n", RequestOptions{})
 		}
 		require.Eventually(t, func() bool {
-			parked, _ := parkedCount(m1)
+			parked, _ := ParkedCount(m1)
 			return parked == n
 		}, eventually, time.Millisecond, "round %d: every request parks", round)
-		idx := m1.a.Idx
+		idx := m1.Agent().Idx
 		require.NoError(t, m1.Close())
 		m2 := openM(t, path, nil) // registers at m1's record if it is free
 		for _, ch := range res {
 			select {
 			case r := <-ch:
-				require.ErrorIs(t, r.err, ErrClosed)
+				require.ErrorIs(t, r.Err, ErrClosed)
 			case <-ctx.Done():
 				t.Fatal("a parked request did not return after Close")
 			}
 		}
-		if m2.a.Idx == idx {
-			require.Zero(t, atomic.LoadUint32(m2.a.Parked()), "round %d: the new Manager's parked count", round)
+		if m2.Agent().Idx == idx {
+			require.Zero(t, atomic.LoadUint32(m2.Agent().Parked()), "round %d: the new Manager's parked count", round)
 		}
 		require.NoError(t, m2.Close())
 	}

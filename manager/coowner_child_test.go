@@ -1,6 +1,10 @@
-package manager
+package manager_test
 
-import "strconv"
+import (
+	"strconv"
+
+	. "github.com/shmlocks/shmlocks/manager"
+)
 
 // childCoOwner: coowner PGID -> "coowned", or "error coowner MSG".
 func childCoOwner(m *Manager, f []string) {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package manager_test
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // procGroup starts `sh -c 'sleep 60 & echo $!; read x'` in a group of its
@@ -57,24 +59,24 @@ func TestCoOwnerKeepsLockAfterDeath(t *testing.T) {
 	p := openM(t, path, smallTable)
 	leader, member, endLeader := procGroup(t)
 	c := spawn(t, path, smallTable)
-	c.send("acquire x")
-	c.expect("acquired x")
-	c.send("coowner %d", leader)
-	c.expect("coowned")
-	c.kill()
+	c.Send("acquire x")
+	c.Expect("acquired x")
+	c.Send("coowner %d", leader)
+	c.Expect("coowned")
+	c.Kill()
 
 	w := spawn(t, path, smallTable)
-	w.send("acquire x")
-	w.quiet("acquired")
+	w.Send("acquire x")
+	w.Quiet("acquired", quietPeriod)
 	snap, err := p.Query(ctxT(t, eventually))
 	require.NoError(t, err)
 	require.Len(t, snap.Held, 1)
-	require.Equal(t, c.pid, snap.Held[0].PID, "held by the dead agent, kept by its group")
+	require.Equal(t, c.Pid, snap.Held[0].PID, "held by the dead agent, kept by its group")
 
 	endLeader()
-	w.quiet("acquired")
+	w.Quiet("acquired", quietPeriod)
 	require.NoError(t, syscall.Kill(member, syscall.SIGKILL))
-	w.expect("acquired x")
+	w.Expect("acquired x")
 	require.NoError(t, p.Check())
 }
 

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -8,11 +8,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/table"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Crash-point tests (hard case 3). For every named crash point of the table
@@ -33,26 +34,51 @@ type crashEnv struct {
 	m    *Manager // P
 }
 
-// scenarios by crash point; TestCrashPoints fails if a point has none.
-var crashScenarios = map[string]func(e *crashEnv, point string){
+// crashCases are the crash points whose scenarios repeat, one row each:
+// who holds and who waits for x around the victim V's command, which dies
+// at the point; crashCase.run plays the row. The other points have a
+// scenario of their own (crashScenarios).
+var crashCases = map[string]crashCase{
 	// V dies while requesting a free name; P then gets it.
-	"slot.claimed":    crashWhileAcquiringFree,
-	"latch.acquired":  crashWhileAcquiringFree,
-	"entry.allocated": crashWhileAcquiringFree,
-	"entry.linked":    crashWhileAcquiringFree,
-	// P holds x; V dies while queueing on x; H queued behind gets x when P releases.
-	"enqueue.marked": crashWhileEnqueueing,
-	"enqueue.linked": crashWhileEnqueueing,
+	"slot.claimed":    {v: "acquire x"},
+	"latch.acquired":  {v: "acquire x"},
+	"entry.allocated": {v: "acquire x"},
+	"entry.linked":    {v: "acquire x"},
+	// x is idle (used before); V dies just after taking it by the fast path.
+	"fast.held": {idle: true, v: "acquire x"},
 	// V holds x, P waits; V dies while releasing and granting to P.
-	"grant.marked":     crashWhileReleasing,
-	"grant.linked":     crashWhileReleasing,
-	"release.unlinked": crashWhileReleasing,
-	"release.freed":    crashWhileReleasing,
+	"grant.marked":     {vHolds: true, pWaits: true, v: "release x"},
+	"grant.linked":     {vHolds: true, pWaits: true, v: "release x"},
+	"release.unlinked": {vHolds: true, pWaits: true, v: "release x"},
+	"release.freed":    {vHolds: true, pWaits: true, v: "release x"},
+	// V holds idle x by the fast path and dies while giving it back.
+	"fast.released": {idle: true, vHolds: true, v: "release x"},
+	// V holds x, P waits; V dies inside Close.
+	"deregister.released": {vHolds: true, pWaits: true, v: "close"},
+	// P holds x; V dies while queueing on x; H, queued after V died, gets x
+	// when P releases.
+	"enqueue.marked": {pHolds: true, v: "acquire x", h: "acquire x"},
+	"enqueue.linked": {pHolds: true, v: "acquire x", h: "acquire x"},
+	// P holds x; V's queued request times out and V dies while withdrawing
+	// it; H, queued behind V, gets x when P releases.
+	"abort.unlinked": {pHolds: true, v: "acquire x timeout=100ms", h: "acquire x", hBehindV: true},
+	// P holds x, H waits for it to be unlocked; V dies while linking its own
+	// watch of x; H's WaitUnlocked returns when P releases (which takes V's
+	// latch over for watch.linked, and rings H).
+	"watch.marked": {pHolds: true, h: "waitunlocked x", hFirst: true, v: "waitunlocked x"},
+	"watch.linked": {pHolds: true, h: "waitunlocked x", hFirst: true, v: "waitunlocked x"},
+	// P holds x, H waits for it to be unlocked; V's WaitUnlocked times out
+	// and V dies while unlinking its watch; H returns when P releases.
+	"unwatch.unlinked": {pHolds: true, h: "waitunlocked x", hFirst: true, v: "waitunlocked x timeout=100ms"},
+}
+
+// crashScenarios are the scenarios by crash point: the rows of crashCases
+// and the scenarios of their own (TestCrashPoints fails if a point has
+// none; other test files add theirs in init).
+var crashScenarios = map[string]func(e *crashEnv, point string){
 	// V uses four names in distinct buckets one after another and dies while
 	// freeing an idle entry to reclaim it.
 	"entry.unlinked": crashWhileFreeingEntry,
-	// P holds x; V's queued request times out and V dies while withdrawing it.
-	"abort.unlinked": crashWhileAborting,
 	// P holds x, H waits; V dies while stealing x.
 	"steal.marked":  crashWhileStealing,
 	"steal.granted": crashWhileStealing,
@@ -63,24 +89,17 @@ var crashScenarios = map[string]func(e *crashEnv, point string){
 	// V dies inside Open, while registering.
 	"agent.claimed": crashWhileRegistering,
 	"agent.alive":   crashWhileRegistering,
-	// V holds x, P waits; V dies inside Close.
-	"deregister.released": crashWhileClosing,
 	// C dies holding x's latch; V takes it over and dies while rebuilding.
 	"repair.rebuilt": crashWhileRepairing,
-	// x is idle (used before); V dies just after taking it by the fast path.
-	"fast.held": crashWhileFastAcquiring,
-	// V holds idle x by the fast path and dies while giving it back.
-	"fast.released": crashWhileFastReleasing,
 	// H holds x by the fast path; V requests x and dies (latch held) while
 	// moving H's hold to the held list; P waits, H releases, P gets x.
 	"fast.inflating": crashWhileInflating,
-	// P holds x, H waits for it to be unlocked; V dies while linking its own
-	// watch of x; H's WaitUnlocked returns when P releases.
-	"watch.marked": crashWhileWatching,
-	"watch.linked": crashWhileWatching,
-	// P holds x; V's WaitUnlocked times out and V dies while unlinking its
-	// watch; H still waits and returns when P releases.
-	"unwatch.unlinked": crashWhileUnwatching,
+}
+
+func init() {
+	for point, c := range crashCases {
+		crashScenarios[point] = c.run
+	}
 }
 
 func TestCrashPoints(t *testing.T) {
@@ -104,8 +123,8 @@ func TestCrashPoints(t *testing.T) {
 // victim spawns a child armed with point.
 func (e *crashEnv) victim(point string) *child {
 	c := spawn(e.t, e.path, nil)
-	c.send("crash %s", point)
-	c.expect("armed")
+	c.Send("crash %s", point)
+	c.Expect("armed")
 	return c
 }
 
@@ -113,17 +132,8 @@ func (e *crashEnv) victim(point string) *child {
 // reaps the process and asserts that it died by SIGKILL.
 func (e *crashEnv) died(c *child) {
 	e.t.Helper()
-	deadline := time.After(eventually)
-	for open := true; open; {
-		select {
-		case l, ok := <-c.lines:
-			open = ok
-			require.False(e.t, strings.HasPrefix(l, "error"), "victim: %s", l)
-		case <-deadline:
-			e.t.Fatalf("victim %d did not reach its crash point within %v", c.pid, eventually)
-		}
-	}
-	err := c.wait()
+	c.Closed()
+	err := c.Wait()
 	var ee *exec.ExitError
 	require.ErrorAs(e.t, err, &ee, "victim must die by its crash point")
 	ws, ok := ee.Sys().(syscall.WaitStatus)
@@ -152,49 +162,6 @@ func (e *crashEnv) verify() {
 	check(t, e.m)
 }
 
-func crashWhileAcquiringFree(e *crashEnv, point string) {
-	v := e.victim(point)
-	v.send("acquire x")
-	e.died(v)
-	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died acquiring it")
-	check(e.t, e.m)
-	require.NoError(e.t, l.Release())
-}
-
-func crashWhileEnqueueing(e *crashEnv, point string) {
-	ctx := ctxT(e.t, eventually)
-	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
-	require.NoError(e.t, err)
-	v := e.victim(point)
-	v.send("acquire x")
-	e.died(v)
-	h := spawn(e.t, e.path, nil)
-	h.send("acquire x")
-	h.quiet("acquired")
-	require.NoError(e.t, lp.Release())
-	h.expect("acquired x")
-	check(e.t, e.m)
-	h.send("release x")
-	h.expect("released x")
-}
-
-func crashWhileReleasing(e *crashEnv, point string) {
-	v := spawn(e.t, e.path, nil)
-	v.send("acquire x")
-	tv := tokenOf(v.expect("acquired x"))
-	ctx := ctxT(e.t, eventually)
-	w := acquireAsync(ctx, e.m, "x", RequestOptions{})
-	waitPending(e.t, e.m, "x", 1)
-	v.send("crash %s", point)
-	v.expect("armed")
-	v.send("release x")
-	e.died(v)
-	l := mustGrant(e.t, w, "P after V died releasing x")
-	require.Greater(e.t, l.Token(), tv)
-	check(e.t, e.m)
-	require.NoError(e.t, l.Release())
-}
-
 func crashWhileFreeingEntry(e *crashEnv, point string) {
 	// Four names in distinct buckets: the fourth finds no idle entry in its
 	// bucket and no free entry, and reclaims another bucket's idle entry.
@@ -209,12 +176,12 @@ func crashWhileFreeingEntry(e *crashEnv, point string) {
 	}
 	v := e.victim(point)
 	for _, n := range names[:3] {
-		v.send("acquire %s", n)
-		v.expect("acquired " + n)
-		v.send("release %s", n)
-		v.expect("released " + n)
+		v.Send("acquire %s", n)
+		v.Expect("acquired " + n)
+		v.Send("release %s", n)
+		v.Expect("released " + n)
 	}
-	v.send("acquire %s", names[3]) // dies reclaiming an idle entry
+	v.Send("acquire %s", names[3]) // dies reclaiming an idle entry
 	e.died(v)
 	for _, n := range names {
 		l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, n, RequestOptions{}), "a name after V died freeing an entry")
@@ -223,33 +190,15 @@ func crashWhileFreeingEntry(e *crashEnv, point string) {
 	}
 }
 
-func crashWhileAborting(e *crashEnv, point string) {
-	ctx := ctxT(e.t, eventually)
-	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
-	require.NoError(e.t, err)
-	h := spawn(e.t, e.path, nil)
-	v := e.victim(point)
-	v.send("acquire x timeout=100ms")
-	waitPending(e.t, e.m, "x", 1)
-	h.send("acquire x")
-	e.died(v)
-	h.quiet("acquired")
-	require.NoError(e.t, lp.Release())
-	h.expect("acquired x")
-	check(e.t, e.m)
-	h.send("release x")
-	h.expect("released x")
-}
-
 func crashWhileStealing(e *crashEnv, point string) {
 	ctx := ctxT(e.t, eventually)
 	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
 	require.NoError(e.t, err)
 	h := spawn(e.t, e.path, nil)
-	h.send("acquire x")
+	h.Send("acquire x")
 	waitPending(e.t, e.m, "x", 1)
 	v := e.victim(point)
-	v.send("acquire x steal")
+	v.Send("acquire x steal")
 	e.died(v)
 	// P's hold was marked stolen before V died: P learns of it (the repair rings it).
 	select {
@@ -258,20 +207,20 @@ func crashWhileStealing(e *crashEnv, point string) {
 		e.t.Fatal("P's Lost did not close after a half-finished steal")
 	}
 	require.ErrorIs(e.t, lp.Release(), ErrStolen)
-	h.expect("acquired x")
+	h.Expect("acquired x")
 	check(e.t, e.m)
-	h.send("release x")
-	h.expect("released x")
+	h.Send("release x")
+	h.Expect("released x")
 }
 
 func crashWhileReaping(e *crashEnv, point string) {
 	c := spawn(e.t, e.path, nil)
-	c.send("acquire x")
-	c.expect("acquired x")
+	c.Send("acquire x")
+	c.Expect("acquired x")
 	v := e.victim(point)
-	v.send("acquire x")
+	v.Send("acquire x")
 	waitPending(e.t, e.m, "x", 1)
-	c.kill()
+	c.Kill()
 	e.died(v)
 	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after its holder and its reaper died")
 	check(e.t, e.m)
@@ -279,40 +228,25 @@ func crashWhileReaping(e *crashEnv, point string) {
 }
 
 func crashWhileRegistering(e *crashEnv, point string) {
-	v := start(e.t, e.path, nil, envCrash+"="+point)
+	v := start(e.t, e.path, nil, point)
 	e.died(v)
 	_, err := e.m.Query(context.Background()) // reaps the half-registered record
 	require.NoError(e.t, err)
 	for _, ai := range e.m.Table().Agents() {
-		require.NotEqual(e.t, v.cmd.Process.Pid, ai.PID)
+		require.NotEqual(e.t, v.Pid, ai.PID)
 	}
-}
-
-func crashWhileClosing(e *crashEnv, point string) {
-	v := spawn(e.t, e.path, nil)
-	v.send("acquire x")
-	v.expect("acquired x")
-	w := acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{})
-	waitPending(e.t, e.m, "x", 1)
-	v.send("crash %s", point)
-	v.expect("armed")
-	v.send("close")
-	e.died(v)
-	l := mustGrant(e.t, w, "P after V died closing")
-	check(e.t, e.m)
-	require.NoError(e.t, l.Release())
 }
 
 func crashWhileRepairing(e *crashEnv, point string) {
 	c := spawn(e.t, e.path, nil)
-	c.send("acquire x")
-	c.expect("acquired x")
+	c.Send("acquire x")
+	c.Expect("acquired x")
 	v := e.victim(point)
-	v.send("acquire x")
+	v.Send("acquire x")
 	waitPending(e.t, e.m, "x", 1)
-	c.send("crash release.unlinked") // C dies holding x's latch
-	c.expect("armed")
-	c.send("release x")
+	c.Send("crash release.unlinked") // C dies holding x's latch
+	c.Expect("armed")
+	c.Send("release x")
 	e.died(c)
 	e.died(v) // V reaps C, takes the latch over and dies rebuilding
 	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after two dead latch owners")
@@ -328,79 +262,131 @@ func (e *crashEnv) useOnce(name string) {
 	require.NoError(e.t, l.Release())
 }
 
-func crashWhileFastAcquiring(e *crashEnv, point string) {
-	e.useOnce("x")
-	v := e.victim(point)
-	v.send("acquire x")
-	e.died(v)
-	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died taking it")
-	check(e.t, e.m)
-	require.NoError(e.t, l.Release())
-}
-
-func crashWhileFastReleasing(e *crashEnv, point string) {
-	e.useOnce("x")
-	v := spawn(e.t, e.path, nil)
-	v.send("acquire x")
-	tv := tokenOf(v.expect("acquired x"))
-	v.send("crash %s", point)
-	v.expect("armed")
-	v.send("release x")
-	e.died(v)
-	l := mustGrant(e.t, acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{}), "x after V died releasing it")
-	require.Greater(e.t, l.Token(), tv)
-	check(e.t, e.m)
-	require.NoError(e.t, l.Release())
-}
-
 func crashWhileInflating(e *crashEnv, point string) {
 	e.useOnce("x")
 	h := spawn(e.t, e.path, nil)
-	h.send("acquire x")
-	th := tokenOf(h.expect("acquired x"))
+	h.Send("acquire x")
+	th := tokenOf(h.Expect("acquired x"))
 	v := e.victim(point)
-	v.send("acquire x")
+	v.Send("acquire x")
 	e.died(v)
 	w := acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{})
 	waitPending(e.t, e.m, "x", 1)
-	h.send("release x")
-	h.expect("released x")
+	h.Send("release x")
+	h.Expect("released x")
 	l := mustGrant(e.t, w, "P after V died moving H's hold")
 	require.Greater(e.t, l.Token(), th)
 	check(e.t, e.m)
 	require.NoError(e.t, l.Release())
 }
 
-func crashWhileWatching(e *crashEnv, point string) {
-	ctx := ctxT(e.t, eventually)
-	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
-	require.NoError(e.t, err)
-	h := spawn(e.t, e.path, nil)
-	h.send("waitunlocked x")
-	watchingCount(e.t, e.m, 1)
-	v := e.victim(point)
-	v.send("waitunlocked x")
-	e.died(v)
-	h.quiet("unlocked")
-	require.NoError(e.t, lp.Release()) // takes V's latch over (watch.linked) and rings H
-	h.expect("unlocked x")
-	watchingCount(e.t, e.m, 0)
-	check(e.t, e.m)
+// crashCase is a row of crashCases. The script it plays, P being this
+// process, V the victim, H another live child:
+//
+//	if idle: P takes and releases x (V's exclusive request takes the fast path)
+//	if pHolds: P takes x
+//	if hFirst: H sends h (and is seen waiting)
+//	if vHolds: V takes x (token TV); if pWaits: P requests x (seen pending)
+//	V is armed with the point and sends v; if hBehindV: once V is seen
+//	pending, H sends h
+//	V dies by SIGKILL at the point
+//	if h and not hFirst and not hBehindV: H sends h
+//	if h: H stays blocked for the quiet period
+//	if pHolds: P releases x
+//	if h: H gets its answer (and releases x)
+//	else: P gets x (its waiting request, or a new one), with a token above TV
+//	every step checks the table; verify checks the end state
+type crashCase struct {
+	idle     bool   // x was used once before: V's request takes the fast path
+	pHolds   bool   // P holds x while V acts, and releases it after V died
+	vHolds   bool   // V takes x before it is armed
+	pWaits   bool   // P requests x while V holds it, before V acts
+	v        string // V's command, the one that dies at the point
+	h        string // H's command: "acquire x" or "waitunlocked x" ("": no H)
+	hFirst   bool   // H sends h before V acts
+	hBehindV bool   // H sends h once V's request is seen pending
 }
 
-func crashWhileUnwatching(e *crashEnv, point string) {
-	ctx := ctxT(e.t, eventually)
-	lp, err := e.m.Acquire(ctx, "x", RequestOptions{})
-	require.NoError(e.t, err)
-	h := spawn(e.t, e.path, nil)
-	h.send("waitunlocked x")
-	watchingCount(e.t, e.m, 1)
-	v := e.victim(point)
-	v.send("waitunlocked x timeout=100ms")
+func (c crashCase) run(e *crashEnv, point string) {
+	t := e.t
+	ctx := ctxT(t, eventually)
+	if c.idle {
+		e.useOnce("x")
+	}
+	var lp *Lock
+	if c.pHolds {
+		var err error
+		lp, err = e.m.Acquire(ctx, "x", RequestOptions{})
+		require.NoError(t, err)
+	}
+	var h *child
+	hSend := func() {
+		h.Send("%s", c.h)
+		if c.hFirst {
+			if strings.HasPrefix(c.h, "waitunlocked") {
+				watchingCount(t, e.m, 1)
+			} else {
+				waitPending(t, e.m, "x", 1)
+			}
+		}
+	}
+	if c.h != "" && (c.hFirst || c.hBehindV) {
+		h = spawn(t, e.path, nil)
+		if c.hFirst {
+			hSend()
+		}
+	}
+	var v *child
+	var tv uint64
+	var w <-chan result
+	if c.vHolds {
+		v = spawn(t, e.path, nil)
+		v.Send("acquire x")
+		tv = tokenOf(v.Expect("acquired x"))
+		if c.pWaits {
+			w = acquireAsync(ctx, e.m, "x", RequestOptions{})
+			waitPending(t, e.m, "x", 1)
+		}
+		v.Send("crash %s", point)
+		v.Expect("armed")
+	} else {
+		v = e.victim(point)
+	}
+	v.Send("%s", c.v)
+	if c.hBehindV {
+		waitPending(t, e.m, "x", 1)
+		hSend()
+	}
 	e.died(v)
-	h.quiet("unlocked")
-	require.NoError(e.t, lp.Release())
-	h.expect("unlocked x")
-	watchingCount(e.t, e.m, 0)
-	check(e.t, e.m)
+	if c.h == "" {
+		if w == nil {
+			w = acquireAsync(ctx, e.m, "x", RequestOptions{})
+		}
+		l := mustGrant(t, w, fmt.Sprintf("P gets x after V died at %s", point))
+		if c.vHolds {
+			require.Greater(t, l.Token(), tv, "a grant after V's")
+		}
+		check(t, e.m)
+		require.NoError(t, l.Release())
+		return
+	}
+	if h == nil {
+		h = spawn(t, e.path, nil)
+		hSend()
+	}
+	answer := "acquired"
+	if strings.HasPrefix(c.h, "waitunlocked") {
+		answer = "unlocked"
+	}
+	h.Quiet(answer, quietPeriod)
+	require.NoError(t, lp.Release())
+	h.Expect(answer + " x")
+	if answer == "unlocked" {
+		watchingCount(t, e.m, 0)
+		check(t, e.m)
+		return
+	}
+	check(t, e.m)
+	h.Send("release x")
+	h.Expect("released x")
 }

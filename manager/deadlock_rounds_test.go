@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // A Manager's deadlock rounds run only while one of its requests is parked:
@@ -20,8 +22,8 @@ func TestDeadlockRoundsStopAndRestart(t *testing.T) {
 	b := spawn(t, path, dlOpts(testDeadlockDelay))
 	for round := 0; round < 3; round++ {
 		requireRoundsStopped(t, m)
-		epoch := roundsEpoch(m)
-		b.buf = nil
+		epoch := RoundsEpoch(m)
+		b.Drop()
 		ctx := ctxT(t, eventually)
 		holding, goOn, res := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 		var elapsed time.Duration
@@ -47,9 +49,9 @@ func TestDeadlockRoundsStopAndRestart(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatalf("round %d: x not granted: %v", round, ctx.Err())
 		}
-		b.send("nest y x")
-		b.expect("acquired y")
-		b.send("gonest y")
+		b.Send("nest y x")
+		b.Expect("acquired y")
+		b.Send("gonest y")
 		waitPending(t, m, "x", 1) // the child waits for x before we wait for y
 		close(goOn)
 		var err error
@@ -60,10 +62,10 @@ func TestDeadlockRoundsStopAndRestart(t *testing.T) {
 		}
 		require.ErrorIs(t, err, ErrDeadlock, "round %d: the request that waited last is the victim", round)
 		require.GreaterOrEqual(t, elapsed, testDeadlockDelay, "round %d: checked before DeadlockDelay", round)
-		b.expect("acquired x")
-		b.expect("done y")
-		require.Empty(t, b.linesWith("deadlock"), "round %d", round)
-		require.Greater(t, roundsEpoch(m), epoch, "round %d: rounds ran", round)
+		b.Expect("acquired x")
+		b.Expect("done y")
+		require.Empty(t, b.Lines("deadlock"), "round %d", round)
+		require.Greater(t, RoundsEpoch(m), epoch, "round %d: rounds ran", round)
 		t.Logf("round %d: victim after %v (delay %v)", round, elapsed, testDeadlockDelay)
 		check(t, m)
 	}
@@ -74,16 +76,5 @@ func TestDeadlockRoundsStopAndRestart(t *testing.T) {
 // round scheduled.
 func requireRoundsStopped(t *testing.T, m *Manager) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return !m.dl.armed && m.nwait == 0
-	}, eventually, time.Millisecond, "the rounds did not stop with nothing parked")
-}
-
-// roundsEpoch is the number of rounds m has run.
-func roundsEpoch(m *Manager) uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.dl.epoch
+	require.Eventually(t, func() bool { return RoundsStopped(m) }, eventually, time.Millisecond, "the rounds did not stop with nothing parked")
 }

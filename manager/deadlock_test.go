@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // The deadlock tests use a short delay to stay fast.
@@ -17,18 +19,6 @@ func dlOpts(delay time.Duration) *OpenOptions {
 	o := *smallTable
 	o.DeadlockDelay = delay
 	return &o
-}
-
-// outcomes returns the lines of c (after its "done NAME" line, which ends
-// its nest) that start with prefix.
-func (c *child) linesWith(prefix string) []string {
-	var out []string
-	for _, l := range c.buf {
-		if strings.HasPrefix(l, prefix) {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // P observes; A and B each hold one name and then, in the same task (the
@@ -56,27 +46,27 @@ func deadlockTwoProcesses(t *testing.T, form string) {
 	m := openM(t, path, dlOpts(testDeadlockDelay))
 	for round := 0; round < 4; round++ {
 		a, b := spawn(t, path, dlOpts(testDeadlockDelay)), spawn(t, path, dlOpts(testDeadlockDelay))
-		a.send("nest x y" + form)
-		a.expect("acquired x")
-		b.send("nest y x" + form)
-		b.expect("acquired y")
+		a.Send("nest x y%s", form)
+		a.Expect("acquired x")
+		b.Send("nest y x%s", form)
+		b.Expect("acquired y")
 		start := time.Now()
-		a.send("gonest x")
-		b.send("gonest y")
-		a.expect("done x")
-		b.expect("done y")
+		a.Send("gonest x")
+		b.Send("gonest y")
+		a.Expect("done x")
+		b.Expect("done y")
 		elapsed := time.Since(start)
-		dead := append(a.linesWith("deadlock"), b.linesWith("deadlock")...)
-		got := append(a.linesWith("acquired y"), b.linesWith("acquired x")...)
+		dead := append(a.Lines("deadlock"), b.Lines("deadlock")...)
+		got := append(a.Lines("acquired y"), b.Lines("acquired x")...)
 		require.Len(t, dead, 1, "round %d: exactly one victim: %q", round, dead)
 		require.Len(t, got, 1, "round %d: the other proceeds", round)
 		msg := dead[0]
-		for _, want := range []string{`"x"`, `"y"`, fmt.Sprint("pid ", a.pid), fmt.Sprint("pid ", b.pid), a.client, b.client} {
+		for _, want := range []string{`"x"`, `"y"`, fmt.Sprint("pid ", a.Pid), fmt.Sprint("pid ", b.Pid), a.client, b.client} {
 			require.Contains(t, msg, want, "the error names the cycle")
 		}
 		t.Logf("round %d: victim found and the other granted %v after the cycle closed (delay %v)", round, elapsed, testDeadlockDelay)
-		a.kill()
-		b.kill()
+		a.Kill()
+		b.Kill()
 		check(t, m)
 	}
 }
@@ -92,20 +82,21 @@ func TestDeadlockSimultaneousChecks(t *testing.T) {
 	m := openM(t, path, dlOpts(delay))
 	a, b := spawn(t, path, dlOpts(delay)), spawn(t, path, dlOpts(delay))
 	for _, c := range []*child{a, b} {
-		c.send("victimpause 30ms")
-		c.expect("victimpause")
+		c.Send("victimpause 30ms")
+		c.Expect("victimpause")
 	}
 	for round := 0; round < 10; round++ {
-		a.buf, b.buf = nil, nil
-		a.send("nest x y")
-		a.expect("acquired x")
-		b.send("nest y x")
-		b.expect("acquired y")
-		a.send("gonest x")
-		b.send("gonest y")
-		a.expect("done x")
-		b.expect("done y")
-		dead := append(a.linesWith("deadlock"), b.linesWith("deadlock")...)
+		a.Drop()
+		b.Drop()
+		a.Send("nest x y")
+		a.Expect("acquired x")
+		b.Send("nest y x")
+		b.Expect("acquired y")
+		a.Send("gonest x")
+		b.Send("gonest y")
+		a.Expect("done x")
+		b.Expect("done y")
+		dead := append(a.Lines("deadlock"), b.Lines("deadlock")...)
 		require.Len(t, dead, 1, "round %d: exactly one victim: %q", round, dead)
 	}
 	check(t, m)
@@ -119,23 +110,23 @@ func TestDeadlockThreeProcesses(t *testing.T) {
 	var cs []*child
 	for i, n := range names {
 		c := spawn(t, path, dlOpts(testDeadlockDelay))
-		c.send("nest %s %s", n, names[(i+1)%3])
-		c.expect("acquired " + n)
+		c.Send("nest %s %s", n, names[(i+1)%3])
+		c.Expect("acquired " + n)
 		cs = append(cs, c)
 	}
 	for i, c := range cs {
-		c.send("gonest %s", names[i])
+		c.Send("gonest %s", names[i])
 	}
 	var dead, got []string
 	for i, c := range cs {
-		c.expect("done " + names[i])
-		dead = append(dead, c.linesWith("deadlock")...)
-		got = append(got, c.linesWith("acquired "+names[(i+1)%3])...)
+		c.Expect("done " + names[i])
+		dead = append(dead, c.Lines("deadlock")...)
+		got = append(got, c.Lines("acquired "+names[(i+1)%3])...)
 	}
 	require.Len(t, dead, 1, "exactly one victim: %q", dead)
 	require.Len(t, got, 2)
 	for _, c := range cs {
-		require.Contains(t, dead[0], fmt.Sprint("pid ", c.pid))
+		require.Contains(t, dead[0], fmt.Sprint("pid ", c.Pid))
 	}
 	check(t, m)
 }
@@ -147,15 +138,15 @@ func TestDeadlockAcquireAllAgainstNested(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, dlOpts(testDeadlockDelay))
 	a, b := spawn(t, path, dlOpts(testDeadlockDelay)), spawn(t, path, dlOpts(testDeadlockDelay))
-	b.send("nest y x")
-	b.expect("acquired y")
-	a.send("all y,x")
+	b.Send("nest y x")
+	b.Expect("acquired y")
+	a.Send("all y,x")
 	waitPending(t, m, "y", 1)
-	b.send("gonest y")
-	b.expect("deadlock x")
-	b.expect("done y")
-	a.expect("acquiredall y,x")
-	require.Empty(t, a.linesWith("deadlock"))
+	b.Send("gonest y")
+	b.Expect("deadlock x")
+	b.Expect("done y")
+	a.Expect("acquiredall y,x")
+	require.Empty(t, a.Lines("deadlock"))
 	check(t, m)
 }
 
@@ -171,27 +162,27 @@ func TestDeadlockNoFalsePositiveChain(t *testing.T) {
 	lz, err := m.Acquire(ctx, "z", RequestOptions{})
 	require.NoError(t, err)
 	a, b := spawn(t, path, dlOpts(testDeadlockDelay)), spawn(t, path, dlOpts(testDeadlockDelay))
-	a.send("nest x y")
-	a.expect("acquired x")
-	b.send("nest y z")
-	b.expect("acquired y")
-	a.send("gonest x")
-	b.send("gonest y")
+	a.Send("nest x y")
+	a.Expect("acquired x")
+	b.Send("nest y z")
+	b.Expect("acquired y")
+	a.Send("gonest x")
+	b.Send("gonest y")
 	waitPending(t, m, "y", 1)
 	waitPending(t, m, "z", 1)
-	a.quiet("deadlock")
-	b.quiet("deadlock")
+	a.Quiet("deadlock", quietPeriod)
+	b.Quiet("deadlock", quietPeriod)
 	wg, err := m.WaitGraph(ctx)
 	require.NoError(t, err)
 	require.Empty(t, wg.Cycles)
 	require.Len(t, wg.Waits, 2)
 	check(t, m)
 	require.NoError(t, lz.Release())
-	b.expect("acquired z")
-	b.expect("done y")
-	a.expect("acquired y")
-	a.expect("done x")
-	require.Empty(t, append(a.linesWith("deadlock"), b.linesWith("deadlock")...))
+	b.Expect("acquired z")
+	b.Expect("done y")
+	a.Expect("acquired y")
+	a.Expect("done x")
+	require.Empty(t, append(a.Lines("deadlock"), b.Lines("deadlock")...))
 	check(t, m)
 }
 
@@ -239,18 +230,18 @@ func TestDeadlockDeadMemberIsNoCycle(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, dlOpts(-1))
 	a, b := spawn(t, path, dlOpts(time.Second)), spawn(t, path, dlOpts(-1))
-	a.send("nest x y")
-	a.expect("acquired x")
-	b.send("nest y x")
-	b.expect("acquired y")
-	b.send("gonest y")
+	a.Send("nest x y")
+	a.Expect("acquired x")
+	b.Send("nest y x")
+	b.Expect("acquired y")
+	b.Send("gonest y")
 	waitPending(t, m, "x", 1)
-	a.send("gonest x") // A waits last: A closes the cycle
+	a.Send("gonest x") // A waits last: A closes the cycle
 	waitPending(t, m, "y", 1)
-	b.kill()
-	a.expect("acquired y")
-	a.expect("done x")
-	require.Empty(t, a.linesWith("deadlock"))
+	b.Kill()
+	a.Expect("acquired y")
+	a.Expect("done x")
+	require.Empty(t, a.Lines("deadlock"))
 	check(t, m)
 }
 
@@ -259,25 +250,25 @@ func TestDeadlockDetectionOff(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, dlOpts(-1))
 	a, b := spawn(t, path, dlOpts(-1)), spawn(t, path, dlOpts(-1))
-	a.send("nest x y timeout=2s")
-	a.expect("acquired x")
-	b.send("nest y x")
-	b.expect("acquired y")
-	a.send("gonest x")
-	b.send("gonest y")
+	a.Send("nest x y timeout=2s")
+	a.Expect("acquired x")
+	b.Send("nest y x")
+	b.Expect("acquired y")
+	a.Send("gonest x")
+	b.Send("gonest y")
 	waitPending(t, m, "x", 1)
 	waitPending(t, m, "y", 1)
-	a.quiet("deadlock")
-	b.quiet("deadlock")
+	a.Quiet("deadlock", quietPeriod)
+	b.Quiet("deadlock", quietPeriod)
 	// The cycle is there for anyone who looks.
 	wg, err := m.WaitGraph(ctxT(t, eventually))
 	require.NoError(t, err)
 	require.Len(t, wg.Cycles, 1, "the tags are written by Managers that do not check too")
 	require.Len(t, wg.Cycles[0], 4)
 	require.Len(t, wg.Waits, 2)
-	a.expect("aborted y")
-	a.expect("done x")
-	b.expect("acquired x")
+	a.Expect("aborted y")
+	a.Expect("done x")
+	b.Expect("acquired x")
 	check(t, m)
 }
 
@@ -292,9 +283,9 @@ func crashWhileTagging(e *crashEnv, point string) {
 	lz, err := e.m.Acquire(ctx, "z", RequestOptions{})
 	require.NoError(e.t, err)
 	v := spawn(e.t, e.path, dlOpts(testDeadlockDelay))
-	v.send("crash %s", point)
-	v.expect("armed")
-	v.send("all x,y,z")
+	v.Send("crash %s", point)
+	v.Expect("armed")
+	v.Send("all x,y,z")
 	e.died(v)
 	snap, err := e.m.Query(ctx)
 	require.NoError(e.t, err)

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/table"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // deadGone asserts that nothing of pid remains: no held or pending request,
@@ -37,14 +39,14 @@ func TestReapDeadHolder(t *testing.T) {
 			path := tablePath(t)
 			m := openM(t, path, nil)
 			q := spawn(t, path, nil)
-			q.send("acquire x")
-			tq := tokenOf(q.expect("acquired x"))
-			q.send("acquire y shared")
-			q.expect("acquired y")
+			q.Send("acquire x")
+			tq := tokenOf(q.Expect("acquired x"))
+			q.Send("acquire y shared")
+			q.Expect("acquired y")
 			m2 := openM(t, path, nil)
 			ly, err := m2.Acquire(context.Background(), "z", RequestOptions{})
 			require.NoError(t, err)
-			q.send("acquire z")
+			q.Send("acquire z")
 			waitPending(t, m, "z", 1)
 			ctx := ctxT(t, eventually)
 			wx := acquireAsync(ctx, m, "x", RequestOptions{})
@@ -54,19 +56,19 @@ func TestReapDeadHolder(t *testing.T) {
 			start := time.Now()
 			switch how {
 			case "sigkill":
-				q.kill()
+				q.Kill()
 			case "zombie":
-				q.cmd.Process.Kill() // not waited for until cleanup: a zombie
+				q.Cmd.Process.Kill() // not waited for until cleanup: a zombie
 			case "exit":
-				q.send("exit")
+				q.Send("exit")
 			case "panic":
-				q.send("panic")
+				q.Send("panic")
 			}
 			lx := mustGrant(t, wx, "waiter after the holder died")
 			t.Logf("%s: waiter granted %v after the kill", how, time.Since(start))
 			require.Greater(t, lx.Token(), tq)
 			mustGrant(t, wy, "second name").Release()
-			deadGone(t, m, q.pid)
+			deadGone(t, m, q.Pid)
 			require.NoError(t, lx.Release())
 			require.NoError(t, ly.Release())
 			check(t, m)
@@ -149,12 +151,12 @@ func TestReapExitedIsKeyedOnTheRecordWord(t *testing.T) {
 	require.NoError(t, err)
 	var word uint64
 	for _, ai := range m.Table().Agents() {
-		if ai.Index == m2.a.Idx {
+		if ai.Index == m2.Agent().Idx {
 			word = ai.Word()
 		}
 	}
 	require.NotZero(t, word)
-	m.reapExited(m2.a.Idx, word^1<<40) // another registration of that record
+	ReapExited(m, m2.Agent().Idx, word^1<<40) // another registration of that record
 	snap, err := m.Query(context.Background())
 	require.NoError(t, err)
 	require.Len(t, snap.Held, 1, "the live agent's lock survives a report about another registration")

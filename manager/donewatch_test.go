@@ -10,20 +10,6 @@ import (
 	"github.com/shmlocks/shmlocks/table"
 )
 
-// parkedCount returns how many requests of m are parked, and how many of
-// them are registered with a done watch.
-func parkedCount(m *Manager) (parked, watched int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.eachWaiter(func(w *waiter) {
-		parked++
-		if w.dw != nil {
-			watched++
-		}
-	})
-	return parked, watched
-}
-
 // TestDoneWatchWakesSharedContext: parked requests that share one context
 // (registered with one watch, they receive on their poke channel only) all
 // return ErrAborted when it is cancelled, and the watch is gone after.
@@ -49,7 +35,7 @@ func TestDoneWatchWakesSharedContext(t *testing.T) {
 		}()
 	}
 	require.Eventually(t, func() bool {
-		parked, watched := parkedCount(m)
+		parked, watched := ParkedCount(m)
 		return parked == n && watched == n
 	}, 5*time.Second, time.Millisecond, "every request parks registered")
 	m.mu.Lock()

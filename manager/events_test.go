@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // captureHandler is a slog.Handler that keeps every record.
@@ -77,7 +79,7 @@ func TestLogReapAndRepair(t *testing.T) {
 	path := tablePath(t)
 	e := &crashEnv{t: t, path: path, m: openM(t, path, loggedOpts(crashGeometry, h))}
 	v := e.victim("latch.acquired")
-	v.send("acquire x")
+	v.Send("acquire x")
 	e.died(v)
 	l := mustGrant(t, acquireAsync(ctxT(t, eventually), e.m, "x", RequestOptions{}), "x after V died with its latch")
 	check(t, e.m)
@@ -94,7 +96,7 @@ func TestLogReapAndRepair(t *testing.T) {
 		}
 	}()
 	reap := h.waitRecord(t, msgReap)
-	require.Equal(t, int64(v.pid), reap["pid"], "the reaped agent's pid")
+	require.Equal(t, int64(v.Pid), reap["pid"], "the reaped agent's pid")
 	require.Equal(t, slog.LevelWarn, reap["level"])
 	require.Equal(t, path, reap["table"])
 	repair := h.waitRecord(t, msgRepair)

@@ -1,10 +1,12 @@
 //go:build unix
 
-package manager
+package manager_test
 
 import (
 	"testing"
 	"time"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Crash points of bounded fairness (table/fairness.go), each with a
@@ -51,13 +53,13 @@ func (e *crashEnv) bounded(spin time.Duration) {
 func crashWhileLeavingFree(e *crashEnv, point string) {
 	e.bounded(-1)
 	v := spawn(e.t, e.path, nil)
-	v.send("acquire x")
-	tv := tokenOf(v.expect("acquired x"))
+	v.Send("acquire x")
+	tv := tokenOf(v.Expect("acquired x"))
 	w := acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{})
 	waitPending(e.t, e.m, "x", 1)
-	v.send("crash %s", point)
-	v.expect("armed")
-	v.send("release x")
+	v.Send("crash %s", point)
+	v.Expect("armed")
+	v.Send("release x")
 	e.died(v)
 	l := mustGrant(e.t, w, "P after V died leaving x to it")
 	if l.Token() <= tv {
@@ -77,7 +79,7 @@ func crashWhileTakingTurn(e *crashEnv, point string) {
 		e.t.Fatal(err)
 	}
 	v := e.victim(point)
-	v.send("acquire x")
+	v.Send("acquire x")
 	waitPending(e.t, e.m, "x", 1)
 	if err := lp.Release(); err != nil {
 		e.t.Fatal(err)
@@ -104,20 +106,20 @@ func crashWhileBargingMode(e *crashEnv, point, mode string) {
 		e.t.Fatal(err)
 	}
 	h := spawn(e.t, e.path, nil)
-	h.send("acquire x")
+	h.Send("acquire x")
 	waitPending(e.t, e.m, "x", 1)
 	stop(e.t, h)
 	if err := lp.Release(); err != nil {
 		e.t.Fatal(err)
 	}
 	v := e.victim(point)
-	v.send("acquire x" + mode)
+	v.Send("acquire x%s", mode)
 	e.died(v)
 	cont(e.t, h)
-	if tok := tokenOf(h.expect("acquired x")); tok <= lp.Token()+1 {
+	if tok := tokenOf(h.Expect("acquired x")); tok <= lp.Token()+1 {
 		e.t.Fatalf("H's token %d: not above P's %d and V's grant", tok, lp.Token())
 	}
 	check(e.t, e.m)
-	h.send("release x")
-	h.expect("released x")
+	h.Send("release x")
+	h.Expect("released x")
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package manager
+package manager_test
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // boundedTable is smallTable created with Bounded(d).
@@ -67,11 +69,11 @@ func TestFairnessOption(t *testing.T) {
 // (its state in /proc, where there is one; elsewhere after the signal).
 func stop(t *testing.T, c *child) {
 	t.Helper()
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGSTOP))
-	t.Cleanup(func() { c.cmd.Process.Signal(syscall.SIGCONT) })
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { c.Cmd.Process.Signal(syscall.SIGCONT) })
 	deadline := time.Now().Add(eventually)
 	for {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Pid))
 		if err != nil {
 			return // no /proc
 		}
@@ -79,14 +81,14 @@ func stop(t *testing.T, c *child) {
 		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
 			return
 		}
-		require.True(t, time.Now().Before(deadline), "child %d not stopped within %v", c.pid, eventually)
+		require.True(t, time.Now().Before(deadline), "child %d not stopped within %v", c.Pid, eventually)
 		time.Sleep(100 * time.Microsecond)
 	}
 }
 
 func cont(t *testing.T, c *child) {
 	t.Helper()
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGCONT))
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGCONT))
 }
 
 // pendingOn returns the held and pending requests on name in m's Query.
@@ -124,7 +126,7 @@ func TestBoundedBargeAcrossProcesses(t *testing.T) {
 	l, err := m.Acquire(ctx, "x", RequestOptions{})
 	require.NoError(t, err)
 	c := spawn(t, path, nil)
-	c.send("acquire x")
+	c.Send("acquire x")
 	waitPending(t, m, "x", 1)
 	stop(t, c)
 	last := l.Token()
@@ -144,10 +146,10 @@ func TestBoundedBargeAcrossProcesses(t *testing.T) {
 		require.NoError(t, b.Release())
 	}
 	cont(t, c)
-	require.Greater(t, tokenOf(c.expect("acquired x")), last)
+	require.Greater(t, tokenOf(c.Expect("acquired x")), last)
 	check(t, m)
-	c.send("release x")
-	c.expect("released x")
+	c.Send("release x")
+	c.Expect("released x")
 }
 
 // TestBoundedStarvedHeadIsServed: once the head has waited the bound, a
@@ -164,7 +166,7 @@ func TestBoundedStarvedHeadIsServed(t *testing.T) {
 	l, err := m.Acquire(ctx, "x", RequestOptions{})
 	require.NoError(t, err)
 	c := spawn(t, path, nil)
-	c.send("acquire x")
+	c.Send("acquire x")
 	waitPending(t, m, "x", 1)
 	stop(t, c)
 	_, pending, err := m.Table().Snapshot(nil)
@@ -195,9 +197,9 @@ func TestBoundedStarvedHeadIsServed(t *testing.T) {
 		waitPending(t, m, "x", 2)
 		mustBlock(t, ch, "a request behind a starved head")
 		cont(t, c)
-		c.expect("acquired x")
-		c.send("release x")
-		c.expect("released x")
+		c.Expect("acquired x")
+		c.Send("release x")
+		c.Expect("released x")
 		require.NoError(t, mustGrant(t, ch, "P after the head").Release())
 	} else {
 		// The last barge's release handed the name to the starved head.
@@ -206,9 +208,9 @@ func TestBoundedStarvedHeadIsServed(t *testing.T) {
 		waitPending(t, m, "x", 1)
 		mustBlock(t, ch, "a request behind a starved head's hold")
 		cont(t, c)
-		c.expect("acquired x")
-		c.send("release x")
-		c.expect("released x")
+		c.Expect("acquired x")
+		c.Send("release x")
+		c.Expect("released x")
 		require.NoError(t, mustGrant(t, ch, "P after the head").Release())
 	}
 	t.Logf("%d barges before the head had waited %v", barges, bound)
@@ -226,20 +228,20 @@ func TestBoundedWaitUnlocked(t *testing.T) {
 	l, err := m.Acquire(ctx, "x", RequestOptions{})
 	require.NoError(t, err)
 	c := spawn(t, path, nil)
-	c.send("acquire x")
+	c.Send("acquire x")
 	waitPending(t, m, "x", 1)
 	stop(t, c)
 	h := spawn(t, path, nil)
-	h.send("waitunlocked x")
-	h.quiet("unlocked")
+	h.Send("waitunlocked x")
+	h.Quiet("unlocked", quietPeriod)
 	require.NoError(t, l.Release())
-	h.expect("unlocked x")
+	h.Expect("unlocked x")
 	_, pending := pendingOn(t, m, "x")
 	require.Len(t, pending, 1, "C still waits")
 	cont(t, c)
-	c.expect("acquired x")
-	c.send("release x")
-	c.expect("released x")
+	c.Expect("acquired x")
+	c.Send("release x")
+	c.Expect("released x")
 	check(t, m)
 }
 
@@ -254,19 +256,19 @@ func TestBoundedDeadlock(t *testing.T) {
 	o.DeadlockDelay = testDeadlockDelay
 	m := openM(t, path, o)
 	a, b := spawn(t, path, dlOpts(testDeadlockDelay)), spawn(t, path, dlOpts(testDeadlockDelay))
-	a.send("nest x y")
-	a.expect("acquired x")
-	b.send("nest y x")
-	b.expect("acquired y")
-	a.send("gonest x")
-	b.send("gonest y")
-	a.expect("done x")
-	b.expect("done y")
-	dead := append(a.linesWith("deadlock"), b.linesWith("deadlock")...)
-	got := append(a.linesWith("acquired y"), b.linesWith("acquired x")...)
+	a.Send("nest x y")
+	a.Expect("acquired x")
+	b.Send("nest y x")
+	b.Expect("acquired y")
+	a.Send("gonest x")
+	b.Send("gonest y")
+	a.Expect("done x")
+	b.Expect("done y")
+	dead := append(a.Lines("deadlock"), b.Lines("deadlock")...)
+	got := append(a.Lines("acquired y"), b.Lines("acquired x")...)
 	require.Len(t, dead, 1, "exactly one victim: %q", dead)
 	require.Len(t, got, 1, "the other proceeds")
-	a.kill()
-	b.kill()
+	a.Kill()
+	b.Kill()
 	check(t, m)
 }

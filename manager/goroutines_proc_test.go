@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // acquireLogged is the child side of "acqlog NAME ID LOG": one goroutine
@@ -90,7 +92,7 @@ func TestProcessesGoroutinesFollowQueryOrder(t *testing.T) {
 	pidOf := map[int]*child{}
 	for i := range kids {
 		kids[i] = spawn(t, path, nil)
-		pidOf[kids[i].pid] = kids[i]
+		pidOf[kids[i].Pid] = kids[i]
 	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -117,7 +119,7 @@ func TestProcessesGoroutinesFollowQueryOrder(t *testing.T) {
 		require.NoError(t, h.Release())
 		for _, k := range kids {
 			for g := 0; g < gor; g++ {
-				k.expect("logged ")
+				k.Expect("logged ")
 			}
 		}
 		got := readGrantLog(t, log)
@@ -142,12 +144,12 @@ func TestProcessesGoroutinesFollowQueryOrder(t *testing.T) {
 		if left[i] == 0 {
 			continue
 		}
-		want = append(want, grantLog{pid: kids[i].pid, id: fmt.Sprintf("r1-%d-%d", i, gor-left[i])})
+		want = append(want, grantLog{pid: kids[i].Pid, id: fmt.Sprintf("r1-%d-%d", i, gor-left[i])})
 		left[i]--
 	}
 	order, got := round("q1", func(log string) {
 		for n, w := range want {
-			pidOf[w.pid].send("acqlog q1 %s %s", w.id, log)
+			pidOf[w.pid].Send("acqlog q1 %s %s", w.id, log)
 			waitPending(t, m, "q1", n+1)
 		}
 	})
@@ -161,7 +163,7 @@ func TestProcessesGoroutinesFollowQueryOrder(t *testing.T) {
 	order, got = round("q2", func(log string) {
 		for i, k := range kids {
 			for g := 0; g < gor; g++ {
-				k.send("acqlog q2 r2-%d-%d %s", i, g, log)
+				k.Send("acqlog q2 r2-%d-%d %s", i, g, log)
 			}
 		}
 	})

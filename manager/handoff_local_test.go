@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // TestLocalHandoffPokesWithoutBell: a release that grants the name to a
@@ -36,12 +38,12 @@ func TestLocalHandoffPokesWithoutBell(t *testing.T) {
 			errs <- err
 		}()
 		// Queue them one by one, so that queue order is i's order.
-		for atomic.LoadUint32(m.a.Parked()) != uint32(i+1) {
+		for atomic.LoadUint32(m.Agent().Parked()) != uint32(i+1) {
 			require.NoError(t, ctx.Err(), "waiter %d never parked", i)
 			runtime.Gosched()
 		}
 	}
-	bell := atomic.LoadUint32(m.a.Bell())
+	bell := atomic.LoadUint32(m.Agent().Bell())
 	require.NoError(t, l.Release())
 	for i := range n {
 		select {
@@ -57,6 +59,6 @@ func TestLocalHandoffPokesWithoutBell(t *testing.T) {
 		got = append(got, i)
 	}
 	require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7}, got, "granted in queue order")
-	require.Equal(t, bell, atomic.LoadUint32(m.a.Bell()), "no bell bump for a hand-off within the Manager")
+	require.Equal(t, bell, atomic.LoadUint32(m.Agent().Bell()), "no bell bump for a hand-off within the Manager")
 	require.NoError(t, m.Check())
 }

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/table"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Hostile bytes: garbage written into random words of a live table (held
@@ -72,8 +74,8 @@ func hostileRun(t *testing.T, corrupt func(b []byte)) {
 	m1.Check()
 	l1.Release()
 	abort := time.AfterFunc(200*time.Millisecond, qcancel) // granted by then, or aborted
-	if r := <-queued; r.l != nil {
-		r.l.Release()
+	if r := <-queued; r.Lock != nil {
+		r.Lock.Release()
 	}
 	abort.Stop()
 	<-watched
@@ -151,8 +153,8 @@ func TestTruncatedUnderUs(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 	// The bell loop keeps reading the mapping in the background (its safety
 	// scan, every 100 ms): two more rounds of it must not fault the process.
-	done := m.loops.Load()
-	require.Eventually(t, func() bool { return m.loops.Load() >= done+2 }, eventually, time.Millisecond,
+	done := BellLoops(m)
+	require.Eventually(t, func() bool { return BellLoops(m) >= done+2 }, eventually, time.Millisecond,
 		"the bell loop stopped after the truncation")
 }
 

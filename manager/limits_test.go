@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 func TestSmallGeometryOpens(t *testing.T) {
@@ -138,8 +140,8 @@ func TestThreadsStayFewWith5000Waiters(t *testing.T) {
 	m := openM(t, path, &OpenOptions{MaxResources: 64, MaxRequests: 6000, MaxAgents: 8})
 	holder := spawn(t, path, nil)
 	for i := 0; i < 10; i++ {
-		holder.send("acquire h%d", i)
-		holder.expect(fmt.Sprintf("acquired h%d", i))
+		holder.Send("acquire h%d", i)
+		holder.Expect(fmt.Sprintf("acquired h%d", i))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*eventually)
 	defer cancel()
@@ -163,7 +165,7 @@ func TestThreadsStayFewWith5000Waiters(t *testing.T) {
 	require.Less(t, threads, 100)
 	check(t, m)
 	for i := 0; i < 10; i++ {
-		holder.send("release h%d", i)
+		holder.Send("release h%d", i)
 	}
 	wg.Wait()
 	close(errs)

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // recovered runs f and returns what it panicked with (nil: no panic).
@@ -39,10 +41,10 @@ func TestLockerAcrossProcesses(t *testing.T) {
 	var k sync.Locker = m.Locker("x")
 	k.Lock()
 	c := spawn(t, path, nil)
-	c.send("acquire x")
-	c.quiet("acquired")
+	c.Send("acquire x")
+	c.Quiet("acquired", quietPeriod)
 	k.Unlock()
-	c.expect("acquired x")
+	c.Expect("acquired x")
 	locked := make(chan struct{})
 	go func() { k.Lock(); close(locked) }()
 	waitPending(t, m, "x", 1)
@@ -51,8 +53,8 @@ func TestLockerAcrossProcesses(t *testing.T) {
 		t.Fatal("Lock returned while the child holds x")
 	default:
 	}
-	c.send("release x")
-	c.expect("released x")
+	c.Send("release x")
+	c.Expect("released x")
 	select {
 	case <-locked:
 	case <-ctxT(t, eventually).Done():

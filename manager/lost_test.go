@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Locks taken away by a steal, and the registry that tells their
@@ -62,10 +64,7 @@ func scanWithoutPause(m *Manager) (stop func()) {
 				return
 			default:
 			}
-			if m.enter() {
-				m.scan(true)
-				m.leave()
-			}
+			ScanAll(m)
 		}
 	}()
 	return func() {

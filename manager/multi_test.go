@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 func lockNames(locks []*Lock) []string {
@@ -218,12 +220,12 @@ func TestAcquireAllDifferentOrdersProcesses(t *testing.T) {
 		cs = append(cs, spawn(t, path, nil))
 	}
 	for i, c := range cs { // all started, then all go: their loops overlap
-		c.send("loopall %s 5000", sets[i])
+		c.Send("loopall %s 5000", sets[i])
 	}
 	for i, c := range cs {
 		// Progress, not speed: generous on a loaded machine (2.9 s for
 		// 20,000 rounds under -race on a quiet one).
-		c.expectWithin("loopdone "+sets[i], time.Minute)
+		c.ExpectWithin("loopdone "+sets[i], time.Minute)
 	}
 	snap, err := m.Query(context.Background())
 	require.NoError(t, err)
@@ -243,8 +245,8 @@ func TestAcquireAllNotStarvedProcesses(t *testing.T) {
 	for _, n := range names {
 		for k := 0; k < 2; k++ {
 			c := spawn(t, path, nil)
-			c.send("churn %s", n)
-			c.expect("churning " + n)
+			c.Send("churn %s", n)
+			c.Expect("churning " + n)
 			cs = append(cs, c)
 		}
 	}
@@ -256,8 +258,8 @@ func TestAcquireAllNotStarvedProcesses(t *testing.T) {
 	}
 	for i, c := range cs {
 		n := names[i/2]
-		c.send("stopchurn %s", n)
-		f := strings.Fields(c.expect("churned " + n))
+		c.Send("stopchurn %s", n)
+		f := strings.Fields(c.Expect("churned " + n))
 		require.NotEqual(t, "0", f[2], "the stream on %q ran", n)
 	}
 	check(t, m)

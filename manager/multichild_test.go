@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // More commands of the child agent (TestHelperProcess), for the multi-name
@@ -106,7 +108,7 @@ func childCommand(m *Manager, f []string) {
 		}()
 	case "victimpause": // victimpause DUR: a victim pauses before it withdraws
 		d, _ := time.ParseDuration(f[1])
-		victimHook = func() { time.Sleep(d) }
+		SetVictimHook(func() { time.Sleep(d) })
 		say("victimpause %v", d)
 	case "gonest":
 		close(childGate(f[1]))

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/table"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Observing a name (observe.go) with real processes: P is this test
@@ -60,8 +62,8 @@ func TestWaitUnlockedReturnsWhenAnotherProcessReleases(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, nil)
 	a := spawn(t, path, nil)
-	a.send("acquire x")
-	tok := tokenOf(a.expect("acquired x"))
+	a.Send("acquire x")
+	tok := tokenOf(a.Expect("acquired x"))
 	w := waitUnlockedAsync(ctxT(t, eventually), m, "x", Exclusive)
 	stillWaiting(t, w, "x held by A")
 	watchingCount(t, m, 1)
@@ -69,11 +71,11 @@ func TestWaitUnlockedReturnsWhenAnotherProcessReleases(t *testing.T) {
 	st, err := m.State(context.Background(), "x")
 	require.NoError(t, err)
 	require.True(t, st.Locked())
-	require.Equal(t, a.pid, st.Held[0].PID)
+	require.Equal(t, a.Pid, st.Held[0].PID)
 	require.Equal(t, tok, st.Held[0].Token)
 	require.Equal(t, 1, st.Watchers)
-	a.send("release x")
-	a.expect("released x")
+	a.Send("release x")
+	a.Expect("released x")
 	unlocked(t, w, "A released x")
 	watchingCount(t, m, 0)
 	check(t, m)
@@ -108,30 +110,30 @@ func TestWaitUnlockedSharedRules(t *testing.T) {
 	m := openM(t, path, nil)
 	a, b, c := spawn(t, path, nil), spawn(t, path, nil), spawn(t, path, nil)
 	ctx := ctxT(t, eventually)
-	a.send("acquire x shared")
-	ta := tokenOf(a.expect("acquired x"))
+	a.Send("acquire x shared")
+	ta := tokenOf(a.Expect("acquired x"))
 	require.NoError(t, m.WaitUnlocked(ctx, "x", Shared), "shared holders only: shared is grantable")
 	e := waitUnlockedAsync(ctx, m, "x", Exclusive)
 	stillWaiting(t, e, "exclusive while A holds shared")
-	b.send("acquire x shared ifavailable")
-	tb := tokenOf(b.expect("acquired x"))
+	b.Send("acquire x shared ifavailable")
+	tb := tokenOf(b.Expect("acquired x"))
 	require.Equal(t, ta+1, tb, "the watch consumed no token and blocked no IfAvailable")
-	c.send("acquire x")
+	c.Send("acquire x")
 	waitPending(t, m, "x", 1)
 	s := waitUnlockedAsync(ctx, m, "x", Shared)
 	stillWaiting(t, s, "shared behind a queued exclusive request")
-	a.send("release x")
-	a.expect("released x")
+	a.Send("release x")
+	a.Expect("released x")
 	stillWaiting(t, e, "exclusive while B holds shared")
-	b.send("release x")
-	b.expect("released x")
-	tc := tokenOf(c.expect("acquired x"))
+	b.Send("release x")
+	b.Expect("released x")
+	tc := tokenOf(c.Expect("acquired x"))
 	require.Equal(t, tb+1, tc)
 	stillWaiting(t, e, "exclusive while C holds")
 	stillWaiting(t, s, "shared while C holds exclusive")
 	check(t, m)
-	c.send("release x")
-	c.expect("released x")
+	c.Send("release x")
+	c.Expect("released x")
 	unlocked(t, e, "exclusive after C released")
 	unlocked(t, s, "shared after C released")
 	watchingCount(t, m, 0)
@@ -172,10 +174,10 @@ func TestWaitUnlockedAbortAndDeadWatcher(t *testing.T) {
 
 	// A watcher process dies waiting: it is reaped, its watch with it.
 	v := spawn(t, path, nil)
-	v.send("waitunlocked x")
+	v.Send("waitunlocked x")
 	watchingCount(t, m, 1)
-	v.quiet("unlocked")
-	v.kill()
+	v.Quiet("unlocked", quietPeriod)
+	v.Kill()
 	_, err = m.Query(context.Background()) // reaps the dead
 	require.NoError(t, err)
 	require.Equal(t, before, usage(), "the dead watcher's watch is gone")
@@ -212,14 +214,14 @@ func TestWaitUnlockedSeesABriefFreeInstant(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, nil)
 	a := spawn(t, path, nil)
-	a.send("acquire x")
-	a.expect("acquired x")
+	a.Send("acquire x")
+	a.Expect("acquired x")
 	w := waitUnlockedAsync(ctxT(t, eventually), m, "x", Exclusive)
 	stillWaiting(t, w, "x held by A")
-	a.send("release x")
-	a.send("acquire x")
-	a.expect("released x")
-	a.expect("acquired x")
+	a.Send("release x")
+	a.Send("acquire x")
+	a.Expect("released x")
+	a.Expect("acquired x")
 	unlocked(t, w, "x was free between A's release and its next acquire")
 	st, err := m.State(context.Background(), "x")
 	require.NoError(t, err)
@@ -238,12 +240,12 @@ func TestWaitUnlockedFastHoldAndDeadHolder(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Release()) // x's entry is idle: the next exclusive request takes the fast path
 	a := spawn(t, path, nil)
-	a.send("acquire x")
-	tok := tokenOf(a.expect("acquired x"))
+	a.Send("acquire x")
+	tok := tokenOf(a.Expect("acquired x"))
 	st, err := m.State(context.Background(), "x")
 	require.NoError(t, err)
 	require.Len(t, st.Held, 1)
-	require.Equal(t, a.pid, st.Held[0].PID)
+	require.Equal(t, a.Pid, st.Held[0].PID)
 	require.Equal(t, a.client, st.Held[0].ClientID)
 	require.Equal(t, tok, st.Held[0].Token)
 	require.False(t, st.Held[0].Since.IsZero(), "granted at once by the fast path: its time is known too")
@@ -252,15 +254,15 @@ func TestWaitUnlockedFastHoldAndDeadHolder(t *testing.T) {
 	require.False(t, st.Grantable(Shared))
 	w := waitUnlockedAsync(ctxT(t, eventually), m, "x", Shared)
 	stillWaiting(t, w, "x held by A's fast path")
-	a.send("release x")
-	a.expect("released x")
+	a.Send("release x")
+	a.Expect("released x")
 	unlocked(t, w, "A released its fast hold")
 
-	a.send("acquire x")
-	a.expect("acquired x")
+	a.Send("acquire x")
+	a.Expect("acquired x")
 	w = waitUnlockedAsync(ctxT(t, eventually), m, "x", Exclusive)
 	stillWaiting(t, w, "x held by A")
-	a.kill()
+	a.Kill()
 	unlocked(t, w, "A died holding x")
 	watchingCount(t, m, 0)
 	check(t, m)
@@ -274,8 +276,8 @@ func TestWaitUnlockedDoesNotPoll(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, nil)
 	a := spawn(t, path, nil)
-	a.send("acquire x")
-	a.expect("acquired x")
+	a.Send("acquire x")
+	a.Expect("acquired x")
 	ctx := ctxT(t, eventually)
 	w := waitUnlockedAsync(ctx, m, "x", Exclusive)
 	feed, err := m.Watch(ctx, "x")
@@ -283,40 +285,40 @@ func TestWaitUnlockedDoesNotPoll(t *testing.T) {
 	<-feed
 	watchingCount(t, m, 2)
 	settle := func() int64 { // until nothing is in flight
-		for last := m.obs.looks.Load(); ; {
+		for last := WatchLooks(m); ; {
 			time.Sleep(20 * time.Millisecond)
-			if now := m.obs.looks.Load(); now == last {
+			if now := WatchLooks(m); now == last {
 				return now
 			}
-			last = m.obs.looks.Load()
+			last = WatchLooks(m)
 		}
 	}
 	looks := settle()
-	time.Sleep(3*safetyScan + 50*time.Millisecond)
-	require.Equal(t, looks, m.obs.looks.Load(), "a watch looked at the table while nothing changed")
+	time.Sleep(3*SafetyScan + 50*time.Millisecond)
+	require.Equal(t, looks, WatchLooks(m), "a watch looked at the table while nothing changed")
 
 	b := spawn(t, path, nil)
-	b.send("acquire x") // a change that does not free x
+	b.Send("acquire x") // a change that does not free x
 	waitPending(t, m, "x", 1)
 	deadline := time.Now().Add(eventually)
-	for m.obs.looks.Load() < looks+2 { // both watches looked again
+	for WatchLooks(m) < looks+2 { // both watches looked again
 		require.True(t, time.Now().Before(deadline), "the watches were not rung by B's enqueue")
 		time.Sleep(time.Millisecond)
 	}
 	select {
 	case st := <-feed:
 		require.Len(t, st.Pending, 1)
-		require.Equal(t, b.pid, st.Pending[0].PID)
+		require.Equal(t, b.Pid, st.Pending[0].PID)
 	case <-time.After(eventually):
 		t.Fatal("Watch did not deliver B's enqueue")
 	}
 	stillWaiting(t, w, "x still held")
-	a.send("release x")
-	a.expect("released x")
-	b.expect("acquired x")
+	a.Send("release x")
+	a.Expect("released x")
+	b.Expect("acquired x")
 	stillWaiting(t, w, "x held by B")
-	b.send("release x")
-	b.expect("released x")
+	b.Send("release x")
+	b.Expect("released x")
 	unlocked(t, w, "B released x")
 }
 
@@ -337,14 +339,14 @@ func TestWatchDeliversTheLatestState(t *testing.T) {
 	const n = 50
 	var last uint64
 	for i := 0; i < n; i++ { // the reader does not read meanwhile
-		a.send("acquire x")
-		last = tokenOf(a.expect("acquired x"))
-		a.send("release x")
-		a.expect("released x")
+		a.Send("acquire x")
+		last = tokenOf(a.Expect("acquired x"))
+		a.Send("release x")
+		a.Expect("released x")
 	}
-	a.send("acquire x shared")
+	a.Send("acquire x shared")
 	last++
-	require.Equal(t, last, tokenOf(a.expect("acquired x")))
+	require.Equal(t, last, tokenOf(a.Expect("acquired x")))
 	got := 0
 	deadline := time.After(eventually)
 	for {
@@ -354,10 +356,10 @@ func TestWatchDeliversTheLatestState(t *testing.T) {
 			got++
 			if len(st.Held) == 1 && st.Held[0].Token == last {
 				require.Equal(t, Shared, st.Held[0].Mode)
-				require.Equal(t, a.pid, st.Held[0].PID)
+				require.Equal(t, a.Pid, st.Held[0].PID)
 				require.LessOrEqual(t, got, 2, "a slow reader gets the latest state, not a backlog")
-				a.send("release x")
-				a.expect("released x")
+				a.Send("release x")
+				a.Expect("released x")
 				select {
 				case st := <-feed:
 					require.False(t, st.Locked())

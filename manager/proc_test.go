@@ -1,14 +1,10 @@
-package manager
+package manager_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/shmlocks/shmlocks/table"
+	"github.com/shmlocks/shmlocks/internal/proctest"
+	"github.com/shmlocks/shmlocks/internal/testhooks"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Multi-process tests re-exec this test binary as a child agent
@@ -38,14 +37,18 @@ import (
 //	exit | close | panic   -> exit without Close, Close then exit 0, or panic
 //	(the commands of childCommands, in other test files)
 //
-// The child prints "ready PID CLIENTID" after Open. A watchdog makes a stuck
-// child exit with a message instead of hanging the test.
-const (
-	envRole  = "SHMLOCKS_TEST_ROLE"
-	envTable = "SHMLOCKS_TEST_TABLE"
-	envOpts  = "SHMLOCKS_TEST_OPTS"
-	envCrash = "SHMLOCKS_TEST_CRASH" // arm a crash point before Open
-)
+// The child is the role "agent" of internal/proctest, spawned with the
+// table's path and its OpenOptions (JSON; "" for smallTable), and a crash
+// point to arm before Open ("" for none). It prints "ready PID CLIENTID"
+// after Open.
+
+// childRoles are the roles of this package's children (more are added by
+// the init functions of other test files).
+var childRoles = proctest.Roles{"agent": childMain}
+
+func TestHelperProcess(t *testing.T) {
+	proctest.Main(t, childRoles)
+}
 
 // armCrash makes this process SIGKILL itself when it reaches the crash point.
 func armCrash(point string) {
@@ -56,43 +59,25 @@ func armCrash(point string) {
 			select {}
 		}
 	}
-	table.SetCrashHook(hook)
+	testhooks.SetCrash(hook)
 }
 
-func TestHelperProcess(t *testing.T) {
-	role := os.Getenv(envRole)
-	if role == "" {
-		t.Skip("helper process for the multi-process tests")
-	}
-	go func() {
-		time.Sleep(60 * time.Second)
-		fmt.Println("error watchdog child stuck for 60s")
-		os.Exit(3)
-	}()
-	os.Exit(childMain(role))
-}
+var say = proctest.Say
 
-var childOut sync.Mutex
-
-func say(format string, args ...any) {
-	childOut.Lock()
-	fmt.Printf(format+"\n", args...)
-	childOut.Unlock()
-}
-
-func childMain(role string) int {
+func childMain(args []string) int {
+	path, js, crash := args[0], args[1], args[2]
 	opts := smallTable
-	if s := os.Getenv(envOpts); s != "" {
+	if js != "" {
 		opts = &OpenOptions{}
-		if err := json.Unmarshal([]byte(s), opts); err != nil {
+		if err := json.Unmarshal([]byte(js), opts); err != nil {
 			say("error open %v", err)
 			return 2
 		}
 	}
-	if point := os.Getenv(envCrash); point != "" {
-		armCrash(point)
+	if crash != "" {
+		armCrash(crash)
 	}
-	m, err := Open(os.Getenv(envTable), opts)
+	m, err := Open(path, opts)
 	if err != nil {
 		say("error open %v", err)
 		return 2
@@ -100,12 +85,7 @@ func childMain(role string) int {
 	say("ready %d %s", os.Getpid(), m.ClientID())
 	var mu sync.Mutex
 	held := map[string]*Lock{}
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		f := strings.Fields(in.Text())
-		if len(f) == 0 {
-			continue
-		}
+	for f := range proctest.Commands() {
 		switch f[0] {
 		case "acquire":
 			name := f[1]
@@ -213,16 +193,6 @@ func childMain(role string) int {
 		case "crash":
 			armCrash(f[1])
 			say("armed %s", f[1])
-		case "flock": // flock PATH: hold an exclusive flock on PATH (benchmark baseline)
-			f, err := os.OpenFile(f[1], os.O_CREATE|os.O_RDWR, 0o600)
-			if err == nil {
-				err = flockExclusive(f)
-			}
-			if err != nil {
-				say("error flock %v", err)
-				continue
-			}
-			say("flocked")
 		case "coowner": // coowner PGID -> "coowned" (coowner_test.go)
 			childCoOwner(m, f)
 		case "reenter", "releasechild", "releaseouter":
@@ -244,142 +214,47 @@ func childMain(role string) int {
 
 var isErr = errors.Is
 
-// child is a running helper process.
+// child is a running child agent: a proctest.Child with the client id of
+// its Manager.
 type child struct {
+	*proctest.Child
 	t      testing.TB
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string
-	buf    []string
-	pid    int
 	client string
-	waited bool
 }
 
-// spawn starts a child agent on the table at path and waits for "ready".
-func spawn(t testing.TB, path string, opts *OpenOptions, extraEnv ...string) *child {
+// spawn starts a child agent on the table at path (opts nil: smallTable)
+// and waits for "ready".
+func spawn(t testing.TB, path string, opts *OpenOptions) *child {
 	t.Helper()
-	c := start(t, path, opts, extraEnv...)
-	f := strings.Fields(c.expect("ready"))
-	c.pid, _ = strconv.Atoi(f[1])
-	c.client = f[2]
+	c := start(t, path, opts, "")
+	c.ready()
 	return c
 }
 
-func start(t testing.TB, path string, opts *OpenOptions, extraEnv ...string) *child {
+// start starts a child agent armed with the crash point crash ("": none)
+// before its Open, without waiting for it (ready does).
+func start(t testing.TB, path string, opts *OpenOptions, crash string) *child {
 	t.Helper()
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^TestHelperProcess$", "-test.v=false")
-	cmd.Env = append(os.Environ(), envRole+"=agent", envTable+"="+path)
+	js := ""
 	if opts != nil {
-		b, _ := json.Marshal(opts)
-		cmd.Env = append(cmd.Env, envOpts+"="+string(b))
+		b, err := json.Marshal(opts)
+		require.NoError(t, err)
+		js = string(b)
 	}
-	cmd.Env = append(cmd.Env, extraEnv...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	c := &child{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-	}()
-	t.Cleanup(func() { c.kill() })
-	return c
+	return &child{Child: proctest.SpawnWith(t, proctest.Options{Within: eventually}, "agent", path, js, crash), t: t}
 }
 
-func (c *child) send(format string, args ...any) {
+// ready waits for the child's "ready PID CLIENTID".
+func (c *child) ready() {
 	c.t.Helper()
-	_, err := fmt.Fprintf(c.stdin, format+"\n", args...)
-	require.NoError(c.t, err)
-}
-
-// expect returns the first line starting with prefix (waiting up to
-// eventually); an "error" line or the child's exit fails the test.
-func (c *child) expect(prefix string) string {
-	c.t.Helper()
-	return c.expectWithin(prefix, eventually)
-}
-
-func (c *child) expectWithin(prefix string, d time.Duration) string {
-	c.t.Helper()
-	for i, l := range c.buf {
-		if strings.HasPrefix(l, prefix) {
-			c.buf = append(c.buf[:i], c.buf[i+1:]...)
-			return l
-		}
-	}
-	deadline := time.After(d)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				c.t.Fatalf("child %d exited while expecting %q (unread: %q)", c.pid, prefix, c.buf)
-			}
-			if strings.HasPrefix(l, prefix) {
-				return l
-			}
-			if strings.HasPrefix(l, "error") {
-				c.t.Fatalf("child %d: %s (expecting %q)", c.pid, l, prefix)
-			}
-			c.buf = append(c.buf, l)
-		case <-deadline:
-			c.t.Fatalf("child %d: no %q within %v (unread: %q)", c.pid, prefix, d, c.buf)
-		}
-	}
-}
-
-// quiet asserts that no line starting with prefix arrives during the quiet period.
-func (c *child) quiet(prefix string) {
-	c.t.Helper()
-	for _, l := range c.buf {
-		require.False(c.t, strings.HasPrefix(l, prefix), "child %d: unexpected %q", c.pid, l)
-	}
-	deadline := time.After(quietPeriod)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				return
-			}
-			require.False(c.t, strings.HasPrefix(l, prefix), "child %d: unexpected %q", c.pid, l)
-			c.buf = append(c.buf, l)
-		case <-deadline:
-			return
-		}
-	}
-}
-
-// kill SIGKILLs the child and waits for it (a zombie would still look alive to kill(pid, 0)).
-func (c *child) kill() {
-	if c.waited {
-		return
-	}
-	c.cmd.Process.Kill()
-	c.wait()
-}
-
-// wait reaps the child process.
-func (c *child) wait() error {
-	if c.waited {
-		return nil
-	}
-	c.waited = true
-	c.stdin.Close()
-	return c.cmd.Wait()
+	f := strings.Fields(c.Expect("ready"))
+	c.client = f[2]
 }
 
 func (c *child) query() Snapshot {
 	c.t.Helper()
-	c.send("query")
-	l := c.expect("query ")
+	c.Send("query")
+	l := c.Expect("query ")
 	var s Snapshot
 	require.NoError(c.t, json.Unmarshal([]byte(strings.TrimPrefix(l, "query ")), &s))
 	return s

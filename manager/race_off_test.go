@@ -1,5 +1,5 @@
 //go:build !race
 
-package manager
+package manager_test
 
 const raceEnabled = false

@@ -1,10 +1,12 @@
-package manager
+package manager_test
 
 import (
 	"context"
 	"errors"
 	"strings"
 	"sync"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // Child-side commands of the reentrancy tests (see proc_test.go for the

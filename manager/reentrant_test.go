@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // heldCount is the number of held locks on name in the table.
@@ -64,7 +66,7 @@ func TestReentrantWithLock(t *testing.T) {
 	// The old ctx carries a released grant: it changes nothing now.
 	blocked := acquireAsync(WithLock(ctxT(t, quietPeriod), outer), m, "x", RequestOptions{})
 	r := <-blocked
-	require.ErrorIs(t, r.err, ErrAborted, "a released carried grant is not re-entered")
+	require.ErrorIs(t, r.Err, ErrAborted, "a released carried grant is not re-entered")
 	require.NoError(t, l.Release())
 	check(t, m)
 }
@@ -197,25 +199,25 @@ func TestReentrantProcesses(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, nil)
 	q := spawn(t, path, nil)
-	q.send("reenter x exclusive")
-	f := parseFields(q.expect("reentered x"))
+	q.Send("reenter x exclusive")
+	f := parseFields(q.Expect("reentered x"))
 	require.Equal(t, f["outer"], f["child"])
 	require.Equal(t, f["outer"], f["nested"])
 	require.Equal(t, "1", f["reentries"])
 	require.Equal(t, "notavailable", f["upgrade"], "a second exclusive child while one is held")
-	q.send("reenter y shared")
-	f = parseFields(q.expect("reentered y"))
+	q.Send("reenter y shared")
+	f = parseFields(q.Expect("reentered y"))
 	require.Equal(t, "wouldDeadlock", f["upgrade"])
 	s := q.query()
 	require.Len(t, s.Held, 2, "one grant per name in the table: %+v", s.Held)
 	ctx := ctxT(t, eventually)
 	p := acquireAsync(ctx, m, "x", RequestOptions{})
 	mustBlock(t, p, "P while Q holds x")
-	q.send("releaseouter x")
-	require.Equal(t, "none", parseFields(q.expect("outerreleased x"))["errkind"])
+	q.Send("releaseouter x")
+	require.Equal(t, "none", parseFields(q.Expect("outerreleased x"))["errkind"])
 	l := mustGrant(t, p, "P after Q's outer release")
-	q.send("releasechild x")
-	require.Equal(t, "stolen", parseFields(q.expect("childreleased x"))["errkind"])
+	q.Send("releasechild x")
+	require.Equal(t, "stolen", parseFields(q.Expect("childreleased x"))["errkind"])
 	require.NoError(t, l.Release())
 	check(t, m)
 }

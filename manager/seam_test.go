@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/shmlocks/shmlocks/internal/seam"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 // What the Manager hands the packages built on it (internal/seam): reserved

@@ -1,4 +1,4 @@
-package manager
+package manager_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	. "github.com/shmlocks/shmlocks/manager"
 )
 
 func TestExclusiveBasic(t *testing.T) {
@@ -70,8 +72,8 @@ func TestAbortHeadLetsSharedIn(t *testing.T) {
 	mustBlock(t, s2, "shared behind exclusive")
 	cancel()
 	r := <-x
-	require.ErrorIs(t, r.err, ErrAborted)
-	require.ErrorIs(t, r.err, context.Canceled)
+	require.ErrorIs(t, r.Err, ErrAborted)
+	require.ErrorIs(t, r.Err, context.Canceled)
 	l2 := mustGrant(t, s2, "s2 after abort")
 	l3 := mustGrant(t, s3, "s3 after abort")
 	check(t, m)

@@ -54,7 +54,19 @@ func TestSpinnersCounted(t *testing.T) {
 
 	// Aborted while spinning.
 	abortCtx, cancel := context.WithCancel(ctx)
-	aborted := acquireAsync(abortCtx, m, "n", RequestOptions{})
+	type result struct {
+		l   *Lock
+		err error
+	}
+	acquire := func(ctx context.Context) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			l, err := m.Acquire(ctx, "n", RequestOptions{})
+			ch <- result{l, err}
+		}()
+		return ch
+	}
+	aborted := acquire(abortCtx)
 	require.Eventually(t, func() bool { return m.spinners.Load() == 1 }, eventually, time.Millisecond)
 	cancel()
 	var r result
@@ -69,7 +81,7 @@ func TestSpinnersCounted(t *testing.T) {
 
 	// Granted while spinning: the holder's release (this goroutine, a
 	// goroutine of the spinner's own process) must get a P meanwhile.
-	granted := acquireAsync(ctx, m, "n", RequestOptions{})
+	granted := acquire(ctx)
 	require.Eventually(t, func() bool { return m.spinners.Load() == 1 }, eventually, time.Millisecond)
 	require.NoError(t, held.Release())
 	select {

@@ -1,43 +1,38 @@
 package shm
 
 import (
-	"bufio"
 	"crypto/rand"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/shmlocks/shmlocks/internal/proctest"
 )
 
 // nonceOff is where init stores the creator's random nonce.
 const nonceOff = 16
 
-// TestHelperProcess is not a real test: it is the child side of
-// TestMultiProcessCreateRace, selected by SHM_TEST_ROLE=create. It prints
-// READY, then for every line "<round>" read from stdin it opens
-// SHM_TEST_PATH.<round> and prints one RESULT line.
+// TestHelperProcess is not a real test: it runs the children of the
+// multi-process tests (internal/proctest).
 func TestHelperProcess(t *testing.T) {
-	if os.Getenv("SHM_TEST_ROLE") != "create" {
-		t.Skip("helper process only")
-	}
-	time.AfterFunc(20*time.Second, func() {
-		fmt.Println("RESULT watchdog-expired")
-		os.Exit(3)
-	})
-	base := os.Getenv("SHM_TEST_PATH")
-	fmt.Println("READY")
-	sc := bufio.NewScanner(os.Stdin)
-	for sc.Scan() {
-		path := base + "." + sc.Text()
+	proctest.Main(t, proctest.Roles{"create": createChild})
+}
+
+// createChild is the child side of TestMultiProcessCreateRace: it prints
+// READY, then for every line "<round>" read from stdin it opens
+// BASE.<round> and prints one RESULT line.
+func createChild(args []string) int {
+	base := args[0]
+	proctest.Say("READY")
+	for f := range proctest.Commands() {
+		path := base + "." + f[0]
 		nonce := make([]byte, 16)
 		if _, err := rand.Read(nonce); err != nil {
-			fmt.Printf("RESULT error=%v\n", err)
+			proctest.Say("RESULT error=%v", err)
 			continue
 		}
 		validated := false
@@ -52,42 +47,15 @@ func TestHelperProcess(t *testing.T) {
 				return validateMagic(b)
 			})
 		if err != nil {
-			fmt.Printf("RESULT error=%v\n", err)
+			proctest.Say("RESULT error=%v", err)
 			continue
 		}
-		fmt.Printf("RESULT created=%v first=%x validated=%v\n", created, m.Bytes()[nonceOff:nonceOff+16], validated)
+		proctest.Say("RESULT created=%v first=%x validated=%v", created, m.Bytes()[nonceOff:nonceOff+16], validated)
 		if err := m.Close(); err != nil {
-			fmt.Printf("RESULT close-error=%v\n", err)
+			proctest.Say("RESULT close-error=%v", err)
 		}
 	}
-	os.Exit(0)
-}
-
-type child struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string // stdout lines; closed at EOF
-	exited chan error
-}
-
-// next returns the next stdout line starting with prefix, skipping others.
-func (c *child) next(t *testing.T, prefix string, stop time.Time) string {
-	t.Helper()
-	timer := time.NewTimer(time.Until(stop))
-	defer timer.Stop()
-	for {
-		select {
-		case line, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("child %d: stdout closed while waiting for %q", c.cmd.Process.Pid, prefix)
-			}
-			if strings.HasPrefix(line, prefix) {
-				return line
-			}
-		case <-timer.C:
-			t.Fatalf("child %d: timed out waiting for %q", c.cmd.Process.Pid, prefix)
-		}
-	}
+	return 0
 }
 
 func TestMultiProcessCreateRace(t *testing.T) {
@@ -95,67 +63,31 @@ func TestMultiProcessCreateRace(t *testing.T) {
 		nChildren = 8
 		rounds    = 10
 	)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Skipf("os.Executable: %v", err)
-	}
 	dir := t.TempDir()
 	base := filepath.Join(dir, "table")
-	stop := time.Now().Add(60 * time.Second)
 
-	children := make([]*child, nChildren)
+	children := make([]*proctest.Child, nChildren)
 	for i := range children {
-		cmd := exec.Command(exe, "-test.run=^TestHelperProcess$")
-		cmd.Env = append(os.Environ(), "SHM_TEST_ROLE=create", "SHM_TEST_PATH="+base,
-			// Under -race, skip the race runtime's default 1 s sleep at exit.
-			"GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-		cmd.Stderr = os.Stderr
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 64), exited: make(chan error, 1)}
-		children[i] = c
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				c.lines <- sc.Text()
-			}
-			close(c.lines)
-			c.exited <- cmd.Wait()
-		}()
-		t.Cleanup(func() {
-			stdin.Close()
-			cmd.Process.Kill() // no-op error if it already exited
-		})
+		children[i] = proctest.SpawnWith(t, proctest.Options{Within: 30 * time.Second}, "create", base)
 	}
 
 	// All children are started and blocked reading stdin before any round
 	// begins, so each round's Opens run as close together as possible.
 	for _, c := range children {
-		c.next(t, "READY", stop)
+		c.Expect("READY")
 	}
 
 	var wantFiles []string
 	for r := 0; r < rounds; r++ {
 		for _, c := range children {
-			if _, err := fmt.Fprintf(c.stdin, "%d\n", r); err != nil {
-				t.Fatal(err)
-			}
+			c.Send("%d", r)
 		}
 		wantFiles = append(wantFiles, fmt.Sprintf("table.%d", r))
 
 		creators := 0
 		nonces := map[string]int{}
 		for i, c := range children {
-			line := c.next(t, "RESULT ", stop)
+			line := c.Expect("RESULT ")
 			var created, validated bool
 			var nonce string
 			if _, err := fmt.Sscanf(line, "RESULT created=%t first=%s validated=%t", &created, &nonce, &validated); err != nil {
@@ -182,19 +114,12 @@ func TestMultiProcessCreateRace(t *testing.T) {
 		}
 	}
 
-	for _, c := range children {
-		c.stdin.Close()
-	}
 	for i, c := range children {
-		for range c.lines { // drain until EOF
+		if err := c.Wait(); err != nil { // closes its stdin: the child exits
+			t.Errorf("child %d: %v", i, err)
 		}
-		select {
-		case err := <-c.exited:
-			if err != nil {
-				t.Errorf("child %d: %v", i, err)
-			}
-		case <-time.After(time.Until(stop)):
-			t.Fatalf("child %d did not exit", i)
+		if l := c.Lines(""); len(l) != 0 {
+			t.Errorf("child %d: unexpected lines %q", i, l)
 		}
 	}
 

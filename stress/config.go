@@ -23,7 +23,7 @@ const (
 	// binary; its presence selects the worker role.
 	WorkerEnv = "SHMLOCKS_STRESS_WORKER"
 	// FaultEnv = "break-exclusion" makes every worker break the lock's mutual
-	// exclusion (table.SetFaultBreakExclusion), to prove the checkers notice.
+	// exclusion (internal/testhooks.BreakExclusion), to prove the checkers notice.
 	FaultEnv = "SHMLOCKS_FAULT"
 )
 

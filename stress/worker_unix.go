@@ -16,7 +16,7 @@ import (
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
-	"github.com/shmlocks/shmlocks/table"
+	"github.com/shmlocks/shmlocks/internal/testhooks"
 )
 
 // workerConfig is what the supervisor passes to a worker (JSON in WorkerEnv).
@@ -87,7 +87,7 @@ func WorkerMain(stdout, stderr io.Writer) int {
 	switch f := os.Getenv(FaultEnv); f {
 	case "":
 	case "break-exclusion":
-		table.SetFaultBreakExclusion(true)
+		testhooks.BreakExclusion.Store(true)
 	default:
 		return fail("unknown %s=%q (known: break-exclusion)", FaultEnv, f)
 	}

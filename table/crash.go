@@ -1,10 +1,10 @@
 package table
 
-import "sync/atomic"
+import "github.com/shmlocks/shmlocks/internal/testhooks"
 
 // Crash points: every multi-step update of the table calls crash(point)
-// between its steps. Tests install a hook that SIGKILLs the process at one
-// named point, and prove that the survivors repair what it left behind.
+// between its steps. Tests install a hook (internal/testhooks.SetCrash) that
+// SIGKILLs the process at one named point, and prove that the survivors repair what it left behind.
 // CrashPoints lists every point; a test fails if one of them is not covered.
 var CrashPoints = []string{
 	"slot.claimed",        // slot CLAIMED by us, not yet in any list
@@ -40,20 +40,6 @@ var CrashPoints = []string{
 	"barge.granted",       // bounded: a new request took a free name ahead of its queue, latch still held
 }
 
-var crashHook atomic.Pointer[func(point string)]
-
-// SetCrashHook installs f to be called at every crash point (nil removes it).
-// For tests only.
-func SetCrashHook(f func(point string)) {
-	if f == nil {
-		crashHook.Store(nil)
-		return
-	}
-	crashHook.Store(&f)
-}
-
-func crash(point string) {
-	if f := crashHook.Load(); f != nil {
-		(*f)(point)
-	}
-}
+// crash marks a crash point (the hook is set by tests through
+// internal/testhooks).
+func crash(point string) { testhooks.Crash(point) }

@@ -11,24 +11,13 @@ type Identity struct {
 	Boot  uint64
 }
 
-// Liveness answers whether the process with this identity is still running.
-// A zombie (exited, not yet waited for) counts as dead.
-type Liveness func(id Identity) bool
-
-var liveness atomic.Pointer[Liveness]
-
-// SetLiveness replaces the liveness check (nil restores the default). For tests.
-func SetLiveness(f Liveness) {
-	if f == nil {
-		liveness.Store(nil)
-		return
-	}
-	liveness.Store(&f)
-}
+// livenessHook, when set, replaces Alive's check (the tests of this
+// package, export_test.go).
+var livenessHook atomic.Pointer[func(id Identity) bool]
 
 // Alive reports whether id names a running process of this boot.
 func Alive(id Identity) bool {
-	if f := liveness.Load(); f != nil {
+	if f := livenessHook.Load(); f != nil {
 		return (*f)(id)
 	}
 	if id.Boot != selfIdentity.Boot {

@@ -7,96 +7,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-var smallGeometry = Geometry{MaxResources: 16, MaxRequests: 64, MaxAgents: 16, MaxNameLen: 32}
-
-func newTestTable(t testing.TB, g Geometry) *Table {
-	t.Helper()
-	tb, created, err := Open(filepath.Join(t.TempDir(), "t.tbl"), g, 0)
-	require.NoError(t, err)
-	require.True(t, created)
-	t.Cleanup(func() { tb.Close() })
-	return tb
-}
-
-// fakeLiveness lets a test declare agents (by PID) dead.
-type fakeLiveness struct {
-	mu   sync.Mutex
-	dead map[int]bool
-}
-
-func installFakeLiveness(t testing.TB) *fakeLiveness {
-	f := &fakeLiveness{dead: map[int]bool{}}
-	SetLiveness(func(id Identity) bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return !f.dead[id.PID]
-	})
-	t.Cleanup(func() { SetLiveness(nil) })
-	return f
-}
-
-func (f *fakeLiveness) kill(pid int) {
-	f.mu.Lock()
-	f.dead[pid] = true
-	f.mu.Unlock()
-}
-
-// model is the reference semantics of Web Locks for one table.
-type model struct {
-	held  map[string][]mreq // name -> holders
-	queue map[string][]mreq // name -> waiting, in order
-	last  map[string]uint64 // name -> last token seen
-}
-
-type mreq struct {
-	agent   int
-	mode    uint32
-	id      int  // test-wide request id
-	starved bool // bounded: has waited the bound (aged by the test)
-}
-
-func newModel() *model {
-	return &model{held: map[string][]mreq{}, queue: map[string][]mreq{}, last: map[string]uint64{}}
-}
-
-func (m *model) compatible(name string, mode uint32) bool {
-	h := m.held[name]
-	if len(h) == 0 {
-		return true
-	}
-	return mode == ModeShared && h[0].mode == ModeShared
-}
-
-// process grants the head of the queue while compatible; returns the ids granted.
-func (m *model) process(name string) []int {
-	var granted []int
-	for len(m.queue[name]) > 0 {
-		r := m.queue[name][0]
-		if !m.compatible(name, r.mode) {
-			break
-		}
-		m.queue[name] = m.queue[name][1:]
-		m.held[name] = append(m.held[name], r)
-		granted = append(granted, r.id)
-		if r.mode == ModeExclusive {
-			break
-		}
-	}
-	return granted
-}
-
-func (m *model) remove(name string, id int) {
-	m.held[name] = slices.DeleteFunc(m.held[name], func(r mreq) bool { return r.id == id })
-	m.queue[name] = slices.DeleteFunc(m.queue[name], func(r mreq) bool { return r.id == id })
-}
 
 // TestModelRandomOps drives random requests, releases, aborts, steals and
 // agent deaths through the table, runs the invariant checker after every
@@ -146,13 +61,6 @@ func TestModelCountersNearWrap(t *testing.T) {
 	for _, seed := range []uint64{11, 12, 13} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runModel(t, seed, 2000, true, smallGeometry) })
 	}
-}
-
-type live struct {
-	agent int
-	name  string
-	ref   Ref
-	id    int
 }
 
 func runModel(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometry) {
@@ -581,62 +489,4 @@ func runModelFair(t *testing.T, seed uint64, steps int, nearWrap bool, g Geometr
 		require.Positive(t, nLeft)
 		require.Positive(t, nTurn)
 	}
-}
-
-// pick chooses a random request of agent ai that is held (or waiting).
-func pick(rng *rand.Rand, reqs map[int]*live, mdl *model, ai int, held bool) (int, *live) {
-	var ids []int
-	for id, r := range reqs {
-		if r.agent != ai {
-			continue
-		}
-		isHeld := slices.ContainsFunc(mdl.held[r.name], func(m mreq) bool { return m.id == id })
-		if isHeld == held {
-			ids = append(ids, id)
-		}
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	sort.Ints(ids)
-	id := ids[rng.IntN(len(ids))]
-	return id, reqs[id]
-}
-
-// A latch naming our own agent while nothing else of ours is in flight is
-// garbage, but only once it has stayed so for selfTakeoverAfter: before that
-// it may be a Release racing with Close (not counted in flight) whose
-// goroutine was descheduled inside the latch.
-func TestSelfOwnedLatchNotTakenOverEarly(t *testing.T) {
-	old := LatchGiveUp
-	LatchGiveUp = 400 * time.Millisecond // self takeover after 200 ms
-	defer func() { LatchGiveUp = old }()
-	tb := newTestTable(t, smallGeometry)
-	a, err := tb.Register(Self(), 1)
-	require.NoError(t, err)
-	var inflight atomic.Int64
-	a.InFlight = &inflight
-	lw := tb.latchWord(3)
-	atomic.StoreUint32(lw, a.Idx+1) // "held by a Release of ours"
-	got := make(chan error, 1)
-	go func() {
-		inflight.Add(1)
-		var w Wakes
-		got <- tb.latch(a, 3, &w)
-	}()
-	select {
-	case err := <-got:
-		t.Fatalf("took over our own latch within the quiet period (err %v)", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	// The word stays: after selfTakeoverAfter it is garbage and taken over.
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-		require.Equal(t, a.Idx+1, atomic.LoadUint32(lw)&latchOwner)
-	case <-time.After(10 * time.Second):
-		t.Fatal("a garbage latch naming ourselves was never taken over")
-	}
-	tb.unlatch(a, 3)
-	require.NoError(t, tb.check(true))
 }

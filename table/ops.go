@@ -2,6 +2,8 @@ package table
 
 import (
 	"sync/atomic"
+
+	"github.com/shmlocks/shmlocks/internal/testhooks"
 )
 
 // Ref names one request of this process: its slot, the slot's serial at
@@ -64,7 +66,7 @@ func (t *Table) FreeClaimed(a *Agent, r Ref) {
 // with the token. Queued: the fast path does not apply now; nothing was
 // taken (use Claim and AcquireClaimed).
 func (t *Table) AcquireFast(a *Agent, name string, h uint64, w *Wakes) (Ref, uint64, Outcome) {
-	if faultBreakExclusion.Load() {
+	if testhooks.BreakExclusion.Load() {
 		return Ref{}, 0, Queued
 	}
 	b := t.BucketOf(h)

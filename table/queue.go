@@ -1,24 +1,21 @@
 package table
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/shmlocks/shmlocks/internal/testhooks"
+)
 
 // A name's queue and held list: grants in queue order, the wake-ahead of
 // the next head, and steals (docs/design.md §2 and §4). Every function
-// here but SetFaultBreakExclusion runs under the entry's bucket latch.
-
-// faultBreakExclusion, when set, makes every request grantable at once: a
-// deliberately broken lock for testing that the stress checker notices.
-var faultBreakExclusion atomic.Bool
-
-// SetFaultBreakExclusion breaks (true) or restores mutual exclusion in this
-// process. For tests of the independent checkers only.
-func SetFaultBreakExclusion(on bool) { faultBreakExclusion.Store(on) }
+// here runs under the entry's bucket latch.
 
 // grantable: the queue is empty and mode is compatible with the holders,
 // or (a bounded table) the name is free and may be taken ahead of its
-// queue (mayBarge, fairness.go).
+// queue (mayBarge, fairness.go); or the stress checkers' test breaks
+// exclusion (testhooks.BreakExclusion).
 func (t *Table) grantable(eo uint64, mode uint32) bool {
-	if faultBreakExclusion.Load() {
+	if testhooks.BreakExclusion.Load() {
 		return true
 	}
 	if t.ld32(eo+enQHead) != 0 {

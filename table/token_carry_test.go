@@ -77,11 +77,11 @@ func TestTokensIncreaseAcrossCarry(t *testing.T) {
 			b, _ := c.newAgent()
 			var stealTok uint64
 			var rb Ref
-			SetCrashHook(func(p string) {
+			setCrashHook(func(p string) {
 				if p != "fast.held" {
 					return
 				}
-				SetCrashHook(nil)
+				setCrashHook(nil)
 				var w Wakes
 				var out Outcome
 				var err error
@@ -89,12 +89,12 @@ func TestTokensIncreaseAcrossCarry(t *testing.T) {
 				require.NoError(c.t, err)
 				require.Equal(c.t, Granted, out)
 			})
-			defer SetCrashHook(nil)
+			defer setCrashHook(nil)
 			var w Wakes
 			r, out, tok, err := c.tb.Acquire(a, "y", Hash("y"), ModeExclusive, false, false, &w)
 			require.NoError(c.t, err)
 			require.Equal(c.t, Granted, out)
-			SetCrashHook(nil)
+			setCrashHook(nil)
 			c.granted(tok)
 			if stealTok == 0 {
 				// The latch path granted it (the counter was at its end): no race.

@@ -3,8 +3,6 @@
 package main
 
 import (
-	"bufio"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlocks/shmlocks/internal/proctest"
 	"github.com/shmlocks/shmlocks/manager"
 )
 
@@ -32,106 +31,32 @@ const (
 	within      = 10 * time.Second
 )
 
-// execProc is a running `shmlocks exec`, its stdout read line by line (the
-// command's too, even after the wrapper died: the pipe is the command's) and
-// its stderr in a file (a pipe would keep Wait waiting for the command).
-type execProc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	lines  chan string
-	done   chan struct{}
-	err    error // of Wait, once done is closed
-	errOut *os.File
-}
-
-func startExecProc(t *testing.T, args ...string) *execProc {
+// startExecProc starts `shmlocks exec ARGS`: its stdout read line by line
+// (the command's too, even after the wrapper died: the pipe is the
+// command's), its stderr in a file (a pipe would keep Wait waiting for the
+// command), its stdin /dev/null; every wait bounded by within.
+func startExecProc(t *testing.T, args ...string) *proctest.Child {
 	t.Helper()
-	pr, pw, err := os.Pipe()
+	null, err := os.Open(os.DevNull)
 	require.NoError(t, err)
-	ef, err := os.CreateTemp(t.TempDir(), "stderr")
-	require.NoError(t, err)
-	p := &execProc{t: t, lines: make(chan string, 100), done: make(chan struct{}), errOut: ef}
-	p.cmd = exec.Command(binary, append([]string{"exec"}, args...)...)
-	p.cmd.Env = cleanEnv()
-	p.cmd.Stdout, p.cmd.Stderr = pw, ef
-	require.NoError(t, p.cmd.Start())
-	pw.Close()
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		pr.Close()
-		close(p.lines)
-	}()
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
-	return p
+	t.Cleanup(func() { null.Close() })
+	cmd := exec.Command(binary, append([]string{"exec"}, args...)...)
+	cmd.Env = cleanEnv()
+	cmd.Stdin = null
+	return proctest.Start(t, cmd, proctest.Options{CaptureStderr: true, Within: within})
 }
 
-// line returns the next line of output, within d.
-func (p *execProc) line(d time.Duration) string {
-	p.t.Helper()
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			p.t.Fatalf("exec %v: output ended (stderr %q)", p.cmd.Args, p.stderr())
-		}
-		return l
-	case <-time.After(d):
-		p.t.Fatalf("exec %v: no line within %v (stderr %q)", p.cmd.Args, d, p.stderr())
-		return ""
-	}
-}
-
-// quiet asserts that no line comes for quietPeriod.
-func (p *execProc) quiet() {
-	p.t.Helper()
-	select {
-	case l, ok := <-p.lines:
-		if ok {
-			p.t.Fatalf("exec %v: %q while it must wait", p.cmd.Args, l)
-		}
-		p.t.Fatalf("exec %v: ended while it must wait (stderr %q)", p.cmd.Args, p.stderr())
-	case <-time.After(quietPeriod):
-	}
-}
-
-// exit waits (bounded) for the wrapper to exit and returns its status.
-func (p *execProc) exit(d time.Duration) int {
-	p.t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(d):
-		p.t.Fatalf("exec %v: did not exit within %v", p.cmd.Args, d)
-	}
-	var ee *exec.ExitError
-	if p.err == nil {
-		return 0
-	}
-	require.True(p.t, errors.As(p.err, &ee), "%v", p.err)
-	if ws := ee.Sys().(syscall.WaitStatus); ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ee.ExitCode()
-}
-
-func (p *execProc) stderr() string {
-	b, _ := os.ReadFile(p.errOut.Name())
-	return string(b)
+// exitCode waits (bounded) for the wrapper to exit and returns its status
+// (128+N for a death by signal N).
+func exitCode(p *proctest.Child) int {
+	return proctest.ExitCode(p.Wait())
 }
 
 // commandPID reads the pid the command printed first, checks that it leads
 // its own process group, and kills that group when the test ends.
-func commandPID(t *testing.T, p *execProc) int {
+func commandPID(t *testing.T, p *proctest.Child) int {
 	t.Helper()
-	pid, err := strconv.Atoi(p.line(within))
+	pid, err := strconv.Atoi(p.Next())
 	require.NoError(t, err)
 	pg, err := syscall.Getpgid(pid)
 	require.NoError(t, err)
@@ -165,7 +90,7 @@ func busy(t *testing.T, tbl, name string) {
 }
 
 // waiter queues `exec NAME echo granted` and checks that it waits.
-func waiter(t *testing.T, m *manager.Manager, tbl, name string) *execProc {
+func waiter(t *testing.T, m *manager.Manager, tbl, name string) *proctest.Child {
 	t.Helper()
 	w := startExecProc(t, "-t", tbl, name, "echo", "granted")
 	waitFor(t, func() bool {
@@ -174,23 +99,23 @@ func waiter(t *testing.T, m *manager.Manager, tbl, name string) *execProc {
 			return false
 		}
 		for _, li := range q.Pending {
-			if li.PID == w.cmd.Process.Pid {
+			if li.PID == w.Pid {
 				return true
 			}
 		}
 		return false
 	}, "the waiter to queue")
-	w.quiet()
+	w.Quiet("", quietPeriod)
 	return w
 }
 
 // granted asserts that the waiter gets the lock within the bound, once the
 // last process of the holder's group is gone, and logs how long it took.
-func granted(t *testing.T, w *execProc, since time.Time) {
+func granted(t *testing.T, w *proctest.Child, since time.Time) {
 	t.Helper()
-	require.Equal(t, "granted", w.line(within))
+	require.Equal(t, "granted", w.Next())
 	t.Logf("granted %v after the last process of the group died", time.Since(since).Round(time.Millisecond))
-	require.Equal(t, 0, w.exit(within), w.stderr())
+	require.Equal(t, 0, exitCode(w), w.Stderr())
 }
 
 // P: exec A holds "job", its command C prints its pid and sleeps.
@@ -202,14 +127,14 @@ func TestExecWrapperKilledCommandKeepsLock(t *testing.T) {
 	m := openManager(t, tbl)
 	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "echo $$; exec sleep 60")
 	c := commandPID(t, a)
-	require.NoError(t, a.cmd.Process.Kill())
-	require.Equal(t, 128+int(syscall.SIGKILL), a.exit(within))
+	require.NoError(t, a.Cmd.Process.Kill())
+	require.Equal(t, 128+int(syscall.SIGKILL), exitCode(a))
 
 	busy(t, tbl, "job")
 	q, err := m.Query(ctxFor(t, within))
 	require.NoError(t, err)
 	require.Len(t, q.Held, 1)
-	require.Equal(t, a.cmd.Process.Pid, q.Held[0].PID, "still held by the dead wrapper's agent")
+	require.Equal(t, a.Pid, q.Held[0].PID, "still held by the dead wrapper's agent")
 	w := waiter(t, m, tbl, "job")
 	busy(t, tbl, "job")
 
@@ -226,7 +151,7 @@ func TestExecCommandKilled(t *testing.T) {
 	c := commandPID(t, a)
 	w := waiter(t, m, tbl, "job")
 	killWait(t, c)
-	require.Equal(t, 128+int(syscall.SIGKILL), a.exit(within), a.stderr())
+	require.Equal(t, 128+int(syscall.SIGKILL), exitCode(a), a.Stderr())
 	granted(t, w, time.Now())
 	r := shm(t, nil, "exec", "-t", tbl, "-n", "job", "echo", "free")
 	require.Equal(t, 0, r.code, r.stderr)
@@ -240,10 +165,10 @@ func TestExecWrapperAndCommandKilled(t *testing.T) {
 	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "echo $$; exec sleep 60")
 	c := commandPID(t, a)
 	w := waiter(t, m, tbl, "job")
-	require.NoError(t, a.cmd.Process.Kill())
+	require.NoError(t, a.Cmd.Process.Kill())
 	killWait(t, c)
 	since := time.Now()
-	require.Equal(t, 128+int(syscall.SIGKILL), a.exit(within))
+	require.Equal(t, 128+int(syscall.SIGKILL), exitCode(a))
 	granted(t, w, since)
 }
 
@@ -255,10 +180,10 @@ func TestExecGroupMemberKeepsLock(t *testing.T) {
 	tbl := filepath.Join(t.TempDir(), "exec.tbl")
 	m := openManager(t, tbl)
 	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "sleep 60 & echo $!; exit 3")
-	member, err := strconv.Atoi(a.line(within))
+	member, err := strconv.Atoi(a.Next())
 	require.NoError(t, err)
 	t.Cleanup(func() { syscall.Kill(member, syscall.SIGKILL) })
-	require.Equal(t, 3, a.exit(within), "the wrapper exits with the command's status")
+	require.Equal(t, 3, exitCode(a), "the wrapper exits with the command's status")
 	busy(t, tbl, "job")
 	w := waiter(t, m, tbl, "job")
 	killWait(t, member)
@@ -266,10 +191,10 @@ func TestExecGroupMemberKeepsLock(t *testing.T) {
 
 	// -o: released when the command exits.
 	o := startExecProc(t, "-t", tbl, "-o", "job", "sh", "-c", "sleep 60 & echo $!")
-	member, err = strconv.Atoi(o.line(within))
+	member, err = strconv.Atoi(o.Next())
 	require.NoError(t, err)
 	t.Cleanup(func() { syscall.Kill(member, syscall.SIGKILL) })
-	require.Equal(t, 0, o.exit(within))
+	require.Equal(t, 0, exitCode(o))
 	r := shm(t, nil, "exec", "-t", tbl, "-n", "job", "echo", "free")
 	require.Equal(t, 0, r.code, r.stderr)
 }
@@ -282,10 +207,10 @@ func TestExecProcessLeavingGroupDoesNotKeepLock(t *testing.T) {
 	}
 	tbl := filepath.Join(t.TempDir(), "exec.tbl")
 	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "setsid sleep 60 & echo $!")
-	gone, err := strconv.Atoi(a.line(within))
+	gone, err := strconv.Atoi(a.Next())
 	require.NoError(t, err)
 	t.Cleanup(func() { syscall.Kill(gone, syscall.SIGKILL) })
-	require.Equal(t, 0, a.exit(within))
+	require.Equal(t, 0, exitCode(a))
 	r := shm(t, nil, "exec", "-t", tbl, "-n", "job", "echo", "free")
 	require.Equal(t, 0, r.code, r.stderr)
 }

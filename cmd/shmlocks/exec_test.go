@@ -3,11 +3,7 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
-	"errors"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlocks/shmlocks/internal/proctest"
 	"github.com/shmlocks/shmlocks/manager"
 )
 
@@ -98,40 +95,12 @@ func TestExecConflicts(t *testing.T) {
 // startExec starts an exec process. With pending it waits (bounded) until
 // the table shows its request waiting; otherwise until the command printed
 // its first line (the lock is held and the command runs).
-func startExec(t *testing.T, m *manager.Manager, pending bool, args ...string) (*exec.Cmd, *bytes.Buffer, <-chan error) {
+func startExec(t *testing.T, m *manager.Manager, pending bool, args ...string) *proctest.Child {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"exec"}, args...)...)
-	cmd.Env = cleanEnv()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	ready := make(chan struct{})
-	done, exited := make(chan error, 1), make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			close(ready)
-		}
-		for sc.Scan() {
-		}
-		done <- cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
+	c := startExecProc(t, args...)
 	if !pending {
-		select {
-		case <-ready:
-		case <-exited:
-			t.Fatalf("exec %v exited early: %s", args, stderr.String())
-		case <-time.After(10 * time.Second):
-			t.Fatalf("exec %v: the command did not start", args)
-		}
-		return cmd, &stderr, done
+		c.Next()
+		return c
 	}
 	waitFor(t, func() bool {
 		q, err := m.Query(ctxFor(t, 10*time.Second))
@@ -139,33 +108,13 @@ func startExec(t *testing.T, m *manager.Manager, pending bool, args ...string) (
 			return false
 		}
 		for _, li := range q.Pending {
-			if li.PID == cmd.Process.Pid {
+			if li.PID == c.Pid {
 				return true
 			}
 		}
 		return false
 	}, "the exec process's request to queue")
-	return cmd, &stderr, done
-}
-
-func exitCode(t *testing.T, err error) int {
-	var ee *exec.ExitError
-	if err == nil {
-		return 0
-	}
-	require.True(t, errors.As(err, &ee), "%v", err)
-	return ee.ExitCode()
-}
-
-func waitDone(t *testing.T, done <-chan error, within time.Duration, what string) error {
-	t.Helper()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(within):
-		t.Fatalf("%s: did not exit within %v", what, within)
-		return nil
-	}
+	return c
 }
 
 func TestExecInterruptWhileWaiting(t *testing.T) {
@@ -179,12 +128,11 @@ func TestExecInterruptWhileWaiting(t *testing.T) {
 	// exits 128+N, as a shell reports a process killed by it (flock is
 	// killed by it); --verbose says so.
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1} {
-		cmd, stderr, done := startExec(t, m, true, "--table", tbl, "--verbose", "busy", "--", "echo", "ran")
-		require.NoError(t, cmd.Process.Signal(sig))
-		err = waitDone(t, done, 10*time.Second, "exec after "+sig.String())
-		require.Equal(t, 128+int(sig), exitCode(t, err), stderr.String())
-		require.Contains(t, stderr.String(), sig.String())
-		require.Contains(t, stderr.String(), "withdrawn")
+		c := startExec(t, m, true, "--table", tbl, "--verbose", "busy", "--", "echo", "ran")
+		require.NoError(t, c.Cmd.Process.Signal(sig))
+		require.Equal(t, 128+int(sig), exitCode(c), c.Stderr())
+		require.Contains(t, c.Stderr(), sig.String())
+		require.Contains(t, c.Stderr(), "withdrawn")
 
 		q, err := m.Query(ctxFor(t, 10*time.Second))
 		require.NoError(t, err)
@@ -198,17 +146,15 @@ func TestExecForwardsSignalsAndStolen(t *testing.T) {
 	m := openManager(t, tbl)
 
 	// SIGTERM to exec reaches the command (sleep dies of it).
-	cmd, stderr, done := startExec(t, m, false, "--table", tbl, "job", "--", "sh", "-c", "echo ready; exec sleep 30")
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
-	err := waitDone(t, done, 10*time.Second, "exec after SIGTERM")
-	require.Equal(t, 128+int(syscall.SIGTERM), exitCode(t, err), stderr.String())
+	c := startExec(t, m, false, "--table", tbl, "job", "--", "sh", "-c", "echo ready; exec sleep 30")
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 128+int(syscall.SIGTERM), exitCode(c), c.Stderr())
 
 	// A steal: exec warns and terminates the command.
-	_, stderr, done = startExec(t, m, false, "--table", tbl, "job", "--", "sh", "-c", "echo ready; exec sleep 30")
+	c = startExec(t, m, false, "--table", tbl, "job", "--", "sh", "-c", "echo ready; exec sleep 30")
 	l, err := m.Acquire(ctxFor(t, 10*time.Second), "job", manager.RequestOptions{Steal: true})
 	require.NoError(t, err)
 	defer l.Release()
-	err = waitDone(t, done, 10*time.Second, "exec after the steal")
-	require.Equal(t, 128+int(syscall.SIGTERM), exitCode(t, err), stderr.String())
-	require.True(t, strings.Contains(stderr.String(), "was stolen"), stderr.String())
+	require.Equal(t, 128+int(syscall.SIGTERM), exitCode(c), c.Stderr())
+	require.True(t, strings.Contains(c.Stderr(), "was stolen"), c.Stderr())
 }

@@ -69,11 +69,11 @@ func TestExecForwardsEverySignal(t *testing.T) {
 	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", script)
 	commandPID(t, a)
 	for _, sig := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGHUP, syscall.SIGALRM, syscall.SIGWINCH} {
-		require.NoError(t, a.cmd.Process.Signal(sig))
-		require.Equal(t, "got "+sigName(sig), a.line(within), "%v reaches the command", sig)
+		require.NoError(t, a.Cmd.Process.Signal(sig))
+		require.Equal(t, "got "+sigName(sig), a.Next(), "%v reaches the command", sig)
 	}
-	require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
-	require.Equal(t, 128+int(syscall.SIGTERM), a.exit(within), a.stderr())
+	require.NoError(t, a.Cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 128+int(syscall.SIGTERM), exitCode(a), a.Stderr())
 }
 
 func sigName(s syscall.Signal) string {
@@ -92,10 +92,10 @@ func TestExecStealThenKillAfter(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Release()
 	start := time.Now()
-	require.Equal(t, 128+int(syscall.SIGKILL), a.exit(within), a.stderr())
+	require.Equal(t, 128+int(syscall.SIGKILL), exitCode(a), a.Stderr())
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "SIGKILL only after the grace period")
-	require.Contains(t, a.stderr(), "was stolen")
-	require.Contains(t, a.stderr(), "SIGKILL")
+	require.Contains(t, a.Stderr(), "was stolen")
+	require.Contains(t, a.Stderr(), "SIGKILL")
 }
 
 // Exit codes tell a busy name (1) from a usage error (64), a file that is

@@ -14,6 +14,8 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+
+	"github.com/shmlocks/shmlocks/internal/testhooks"
 )
 
 // reservedKey marks a ctx whose requests may use reserved names.
@@ -101,21 +103,6 @@ func Open(m any, feature string) (Bucket, error) {
 
 var errNoManager = errors.New("seam: package manager is not linked in")
 
-// crashHook is called at every crash point of a feature or a store (tests only).
-var crashHook atomic.Pointer[func(point string)]
-
-// Crash marks a crash point: a test may kill the process there (SetCrashHook).
-func Crash(point string) {
-	if f := crashHook.Load(); f != nil {
-		(*f)(point)
-	}
-}
-
-// SetCrashHook makes Crash call f (nil: nothing). Tests only.
-func SetCrashHook(f func(point string)) {
-	if f == nil {
-		crashHook.Store(nil)
-		return
-	}
-	crashHook.Store(&f)
-}
+// Crash marks a crash point of a feature or a store: a test may kill the
+// process there (internal/testhooks.SetCrash, the table's hook too).
+func Crash(point string) { testhooks.Crash(point) }

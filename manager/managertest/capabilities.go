@@ -52,10 +52,10 @@ func testState(t *testing.T, open func(*testing.T) *manager.Manager) {
 		t.Fatalf("state of a free name: %+v", st)
 	}
 	h := mustAcquire(t, ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
-	wx := acquireAsync(ctx, b, n, manager.RequestOptions{})
-	waitPending(t, a, n, 1)
-	ws := acquireAsync(ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
-	waitPending(t, a, n, 2)
+	wx := AcquireAsync(ctx, b, n, manager.RequestOptions{})
+	WaitPending(t, a, n, 1)
+	ws := AcquireAsync(ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
+	WaitPending(t, a, n, 2)
 	st := state(t, b, n)
 	if len(st.Held) != 1 || st.Held[0].ClientID != a.ClientID() || st.Held[0].Mode != manager.Shared || st.Held[0].Token != h.Token() {
 		t.Fatalf("held %+v, want a's shared grant with token %d", st.Held, h.Token())
@@ -72,8 +72,8 @@ func testState(t *testing.T, open func(*testing.T) *manager.Manager) {
 	cancel()
 	waitState(t, a, n, "no watcher", func(st manager.NameState) bool { return st.Watchers == 0 })
 	mustRelease(t, h)
-	mustRelease(t, mustGrant(t, wx, "b's exclusive"))
-	mustRelease(t, mustGrant(t, ws, "a's shared"))
+	mustRelease(t, MustGrant(t, wx, "b's exclusive"))
+	mustRelease(t, MustGrant(t, ws, "a's shared"))
 	if _, err := a.State(ctx, "-bad"); !errors.Is(err, manager.ErrNotSupported) {
 		t.Fatalf("State of a name starting with '-': %v", err)
 	}
@@ -119,8 +119,8 @@ func testWaitUnlocked(t *testing.T, open func(*testing.T) *manager.Manager) {
 	}
 	// A queued request is in the way too, even when the name is free for its mode.
 	h = mustAcquire(t, ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
-	wx := acquireAsync(ctx, a, n, manager.RequestOptions{})
-	waitPending(t, a, n, 1)
+	wx := AcquireAsync(ctx, a, n, manager.RequestOptions{})
+	WaitPending(t, a, n, 1)
 	sctx, cancel := context.WithTimeout(ctx, QuietPeriod)
 	defer cancel()
 	if err := b.WaitUnlocked(sctx, n, manager.Shared); !errors.Is(err, manager.ErrAborted) || !errors.Is(err, context.DeadlineExceeded) {
@@ -138,7 +138,7 @@ func testWaitUnlocked(t *testing.T, open func(*testing.T) *manager.Manager) {
 		t.Fatal("WaitUnlocked not ended by Close")
 	}
 	mustRelease(t, h)
-	mustRelease(t, mustGrant(t, wx, "a's exclusive"))
+	mustRelease(t, MustGrant(t, wx, "a's exclusive"))
 }
 
 // testWatch: the first state, then every change in order (each change
@@ -181,10 +181,10 @@ func testWatch(t *testing.T, open func(*testing.T) *manager.Manager) {
 	}
 	h := mustAcquire(t, ctx, a, n, manager.RequestOptions{})
 	next("a's grant", heldBy(a, h, 0))
-	wb := acquireAsync(ctx, b, n, manager.RequestOptions{})
+	wb := AcquireAsync(ctx, b, n, manager.RequestOptions{})
 	next("b queued", heldBy(a, h, 1))
 	mustRelease(t, h)
-	lb := mustGrant(t, wb, "b")
+	lb := MustGrant(t, wb, "b")
 	next("b granted", heldBy(b, lb, 0))
 	mustRelease(t, lb)
 	next("free again", free)
@@ -240,9 +240,9 @@ func testAcquireAll(t *testing.T, open func(*testing.T) *manager.Manager) {
 	actx, cancel := context.WithCancel(ctx)
 	res := make(chan error, 1)
 	go func() { _, err := a.AcquireAll(actx, []string{x, y}, manager.RequestOptions{}); res <- err }()
-	waitPending(t, b, y, 1)
-	behind := acquireAsync(ctx, b, x, manager.RequestOptions{})
-	waitPending(t, b, x, 1) // queued behind the AcquireAll's hold of x
+	WaitPending(t, b, y, 1)
+	behind := AcquireAsync(ctx, b, x, manager.RequestOptions{})
+	WaitPending(t, b, x, 1) // queued behind the AcquireAll's hold of x
 	cancel()
 	select {
 	case err := <-res:
@@ -252,7 +252,7 @@ func testAcquireAll(t *testing.T, open func(*testing.T) *manager.Manager) {
 	case <-time.After(Eventually):
 		t.Fatal("AcquireAll not ended by its ctx")
 	}
-	mustRelease(t, mustGrant(t, behind, "the request behind the aborted AcquireAll's x"))
+	mustRelease(t, MustGrant(t, behind, "the request behind the aborted AcquireAll's x"))
 	mustRelease(t, hy)
 }
 
@@ -294,7 +294,7 @@ func testChildGrants(t *testing.T, open func(*testing.T) *manager.Manager) {
 		t.Fatalf("exclusive through a shared grant's ctx: %v", err)
 	}
 	h := mustAcquire(t, ctx, b, n, manager.RequestOptions{})
-	mustBlock(t, acquireAsync(ctx, a, n, manager.RequestOptions{}), "a's request without a carried grant")
+	MustBlock(t, AcquireAsync(ctx, a, n, manager.RequestOptions{}), "a's request without a carried grant")
 	mustRelease(t, h)
 }
 
@@ -334,7 +334,7 @@ func testDeadlock(t *testing.T, open func(*testing.T) *manager.Manager) {
 		}
 	}
 	close(proceedA)
-	waitPending(t, a, y, 1)
+	WaitPending(t, a, y, 1)
 	g, err := a.WaitGraph(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,12 @@
 // their own, so the bucket may hold other locks; a backend that is not
 // fast needs no special treatment: every "still blocked" check waits
 // QuietPeriod and every "eventually" Eventually.
+//
+// The suite's helpers are the test kit of every package built on a
+// Manager, the manager's own tests included (kit.go): a table for a test
+// (TablePath, Open, Check), a request started in the background
+// (AcquireAsync) and the bounded checks of its outcome (MustBlock,
+// MustGrant, MustFail), and WaitPending.
 package managertest
 
 import (
@@ -91,140 +97,6 @@ func RunExcept(t *testing.T, open func(t *testing.T) *manager.Manager, skip []st
 	}
 }
 
-// name is a lock name of the running test, so that tests sharing a bucket
-// never meet.
-func name(t *testing.T, s string) string { return fmt.Sprintf("%s/%s", t.Name(), s) }
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), Eventually+5*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-type result struct {
-	l   *manager.Lock
-	err error
-}
-
-func acquireAsync(ctx context.Context, m *manager.Manager, name string, o manager.RequestOptions) <-chan result {
-	ch := make(chan result, 1)
-	go func() {
-		l, err := m.Acquire(ctx, name, o)
-		ch <- result{l, err}
-	}()
-	return ch
-}
-
-func mustAcquire(t *testing.T, ctx context.Context, m *manager.Manager, name string, o manager.RequestOptions) *manager.Lock {
-	t.Helper()
-	l, err := m.Acquire(ctx, name, o)
-	if err != nil {
-		t.Fatalf("acquire %q %+v: %v", name, o, err)
-	}
-	return l
-}
-
-func mustRelease(t *testing.T, l *manager.Lock) {
-	t.Helper()
-	if err := l.Release(); err != nil {
-		t.Fatalf("release %q: %v", l.Name(), err)
-	}
-}
-
-func mustBlock(t *testing.T, ch <-chan result, what string) {
-	t.Helper()
-	select {
-	case r := <-ch:
-		t.Fatalf("%s: expected to stay blocked, got lock=%v err=%v", what, r.l != nil, r.err)
-	case <-time.After(QuietPeriod):
-	}
-}
-
-func mustGrant(t *testing.T, ch <-chan result, what string) *manager.Lock {
-	t.Helper()
-	select {
-	case r := <-ch:
-		if r.err != nil || r.l == nil {
-			t.Fatalf("%s: %v", what, r.err)
-		}
-		return r.l
-	case <-time.After(Eventually):
-		t.Fatalf("%s: not granted within %v", what, Eventually)
-	}
-	return nil
-}
-
-func mustFail(t *testing.T, ch <-chan result, target error, what string) error {
-	t.Helper()
-	select {
-	case r := <-ch:
-		if !errors.Is(r.err, target) {
-			t.Fatalf("%s: got lock=%v err=%v, want %v", what, r.l != nil, r.err, target)
-		}
-		return r.err
-	case <-time.After(Eventually):
-		t.Fatalf("%s: no result within %v", what, Eventually)
-	}
-	return nil
-}
-
-func mustBeClosed(t *testing.T, c <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-c:
-	case <-time.After(Eventually):
-		t.Fatalf("%s: not closed within %v", what, Eventually)
-	}
-}
-
-func mustBeOpen(t *testing.T, c <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-c:
-		t.Fatalf("%s: closed", what)
-	default:
-	}
-}
-
-// infos returns the held and pending requests on n in a snapshot.
-func infos(t *testing.T, m *manager.Manager, n string) (held, pending []manager.LockInfo) {
-	t.Helper()
-	s, err := m.Query(context.Background())
-	if err != nil {
-		t.Fatalf("query: %v", err)
-	}
-	if s.Held == nil || s.Pending == nil {
-		t.Fatalf("query: nil lists in %+v", s)
-	}
-	for _, li := range s.Held {
-		if li.Name == n {
-			held = append(held, li)
-		}
-	}
-	for _, li := range s.Pending {
-		if li.Name == n {
-			pending = append(pending, li)
-		}
-	}
-	return held, pending
-}
-
-// waitPending waits until m's Query shows k pending requests on n.
-func waitPending(t *testing.T, m *manager.Manager, n string, k int) []manager.LockInfo {
-	t.Helper()
-	deadline := time.Now().Add(Eventually)
-	for {
-		_, p := infos(t, m, n)
-		if len(p) == k {
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d pending on %q, want %d: %+v", len(p), n, k, p)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func testExclusive(t *testing.T, open func(*testing.T) *manager.Manager) {
 	a, b := open(t), open(t)
 	ctx, n := ctxT(t), name(t, "x")
@@ -232,19 +104,19 @@ func testExclusive(t *testing.T, open func(*testing.T) *manager.Manager) {
 	if l.Name() != n || l.Mode() != manager.Exclusive {
 		t.Fatalf("lock says %q %v", l.Name(), l.Mode())
 	}
-	ch := acquireAsync(ctx, b, n, manager.RequestOptions{})
-	mustBlock(t, ch, "exclusive of another client while held")
-	ch2 := acquireAsync(ctx, a, n, manager.RequestOptions{})
-	waitPending(t, a, n, 2)
-	mustBlock(t, ch2, "exclusive of the same client while held (one key per request)")
+	ch := AcquireAsync(ctx, b, n, manager.RequestOptions{})
+	MustBlock(t, ch, "exclusive of another client while held")
+	ch2 := AcquireAsync(ctx, a, n, manager.RequestOptions{})
+	WaitPending(t, a, n, 2)
+	MustBlock(t, ch2, "exclusive of the same client while held (one key per request)")
 	mustRelease(t, l)
-	l2 := mustGrant(t, ch, "first waiter after release")
-	mustBlock(t, ch2, "second waiter while the first holds")
+	l2 := MustGrant(t, ch, "first waiter after release")
+	MustBlock(t, ch2, "second waiter while the first holds")
 	if l2.Token() <= l.Token() {
 		t.Fatalf("token %d after %d", l2.Token(), l.Token())
 	}
 	mustRelease(t, l2)
-	mustRelease(t, mustGrant(t, ch2, "second waiter"))
+	mustRelease(t, MustGrant(t, ch2, "second waiter"))
 }
 
 func testSharedTogether(t *testing.T, open func(*testing.T) *manager.Manager) {
@@ -255,28 +127,28 @@ func testSharedTogether(t *testing.T, open func(*testing.T) *manager.Manager) {
 	if s1.Token() == s2.Token() {
 		t.Fatalf("two grants share token %d", s1.Token())
 	}
-	x := acquireAsync(ctx, a, n, manager.RequestOptions{})
-	mustBlock(t, x, "exclusive while shared held")
+	x := AcquireAsync(ctx, a, n, manager.RequestOptions{})
+	MustBlock(t, x, "exclusive while shared held")
 	mustRelease(t, s1)
-	mustBlock(t, x, "exclusive while one shared holder remains")
+	MustBlock(t, x, "exclusive while one shared holder remains")
 	mustRelease(t, s2)
-	mustRelease(t, mustGrant(t, x, "exclusive after the shared holders"))
+	mustRelease(t, MustGrant(t, x, "exclusive after the shared holders"))
 }
 
 func testSharedAfterQueuedExclusive(t *testing.T, open func(*testing.T) *manager.Manager) {
 	a, b := open(t), open(t)
 	ctx, n := ctxT(t), name(t, "r")
 	s1 := mustAcquire(t, ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
-	x := acquireAsync(ctx, b, n, manager.RequestOptions{})
-	waitPending(t, a, n, 1)
-	s2 := acquireAsync(ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
-	waitPending(t, a, n, 2)
-	mustBlock(t, s2, "shared behind a queued exclusive")
+	x := AcquireAsync(ctx, b, n, manager.RequestOptions{})
+	WaitPending(t, a, n, 1)
+	s2 := AcquireAsync(ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
+	WaitPending(t, a, n, 2)
+	MustBlock(t, s2, "shared behind a queued exclusive")
 	mustRelease(t, s1)
-	xl := mustGrant(t, x, "exclusive")
-	mustBlock(t, s2, "shared while exclusive held")
+	xl := MustGrant(t, x, "exclusive")
+	MustBlock(t, s2, "shared while exclusive held")
 	mustRelease(t, xl)
-	mustRelease(t, mustGrant(t, s2, "shared after the exclusive"))
+	mustRelease(t, MustGrant(t, s2, "shared after the exclusive"))
 }
 
 func testFIFO(t *testing.T, open func(*testing.T) *manager.Manager) {
@@ -284,23 +156,23 @@ func testFIFO(t *testing.T, open func(*testing.T) *manager.Manager) {
 	ctx, n := ctxT(t), name(t, "q")
 	h := mustAcquire(t, ctx, ms[0], n, manager.RequestOptions{})
 	const k = 6
-	var chs []<-chan result
+	var chs []<-chan Result
 	for i := 0; i < k; i++ {
 		mode := manager.Exclusive
 		if i%3 == 2 {
 			mode = manager.Shared
 		}
-		chs = append(chs, acquireAsync(ctx, ms[i%2], n, manager.RequestOptions{Mode: mode}))
-		waitPending(t, ms[0], n, i+1) // queued in this order
+		chs = append(chs, AcquireAsync(ctx, ms[i%2], n, manager.RequestOptions{Mode: mode}))
+		WaitPending(t, ms[0], n, i+1) // queued in this order
 	}
 	mustRelease(t, h)
 	last := h.Token()
 	for i, ch := range chs {
-		l := mustGrant(t, ch, fmt.Sprintf("request %d", i))
+		l := MustGrant(t, ch, fmt.Sprintf("request %d", i))
 		for _, later := range chs[i+1:] {
 			select {
 			case r := <-later:
-				t.Fatalf("a later request was granted before request %d was released (err %v)", i, r.err)
+				t.Fatalf("a later request was granted before request %d was released (err %v)", i, r.Err)
 			default:
 			}
 		}
@@ -319,8 +191,8 @@ func testNoBargingPastQueue(t *testing.T, open func(*testing.T) *manager.Manager
 	a, b, c := open(t), open(t), open(t)
 	ctx, n := ctxT(t), name(t, "b")
 	l := mustAcquire(t, ctx, a, n, manager.RequestOptions{})
-	x := acquireAsync(ctx, b, n, manager.RequestOptions{})
-	waitPending(t, a, n, 1)
+	x := AcquireAsync(ctx, b, n, manager.RequestOptions{})
+	WaitPending(t, a, n, 1)
 	mustRelease(t, l)
 	if l, err := c.Acquire(ctx, n, manager.RequestOptions{IfAvailable: true}); !errors.Is(err, manager.ErrNotAvailable) {
 		if l != nil {
@@ -328,7 +200,7 @@ func testNoBargingPastQueue(t *testing.T, open func(*testing.T) *manager.Manager
 		}
 		t.Fatalf("a request made after the release went ahead of the queued one: %v", err)
 	}
-	mustRelease(t, mustGrant(t, x, "the queued request"))
+	mustRelease(t, MustGrant(t, x, "the queued request"))
 }
 
 func testAbortHead(t *testing.T, open func(*testing.T) *manager.Manager) {
@@ -336,19 +208,19 @@ func testAbortHead(t *testing.T, open func(*testing.T) *manager.Manager) {
 	ctx, n := ctxT(t), name(t, "r")
 	s1 := mustAcquire(t, ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
 	xctx, cancel := context.WithCancel(ctx)
-	x := acquireAsync(xctx, b, n, manager.RequestOptions{})
-	waitPending(t, a, n, 1)
-	s2 := acquireAsync(ctx, b, n, manager.RequestOptions{Mode: manager.Shared})
-	s3 := acquireAsync(ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
-	waitPending(t, a, n, 3)
-	mustBlock(t, s2, "shared behind exclusive")
+	x := AcquireAsync(xctx, b, n, manager.RequestOptions{})
+	WaitPending(t, a, n, 1)
+	s2 := AcquireAsync(ctx, b, n, manager.RequestOptions{Mode: manager.Shared})
+	s3 := AcquireAsync(ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
+	WaitPending(t, a, n, 3)
+	MustBlock(t, s2, "shared behind exclusive")
 	cancel()
-	err := mustFail(t, x, manager.ErrAborted, "aborted exclusive")
+	err := MustFail(t, x, manager.ErrAborted, "aborted exclusive")
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("abort error %v does not match context.Canceled", err)
 	}
-	l2 := mustGrant(t, s2, "s2 after the abort")
-	l3 := mustGrant(t, s3, "s3 after the abort")
+	l2 := MustGrant(t, s2, "s2 after the abort")
+	l3 := MustGrant(t, s3, "s3 after the abort")
 	for _, l := range []*manager.Lock{s1, l2, l3} {
 		mustRelease(t, l)
 	}
@@ -364,7 +236,7 @@ func testAbortLeavesNothing(t *testing.T, open func(*testing.T) *manager.Manager
 	if !errors.Is(err, manager.ErrAborted) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("deadline while waiting: %v", err)
 	}
-	waitPending(t, a, n, 0)
+	WaitPending(t, a, n, 0)
 	mustRelease(t, h)
 	mustRelease(t, mustAcquire(t, ctx, b, n, manager.RequestOptions{IfAvailable: true}))
 }
@@ -394,15 +266,15 @@ func testIfAvailable(t *testing.T, open func(*testing.T) *manager.Manager) {
 	mustRelease(t, l)
 	s1 := mustAcquire(t, ctx, a, n, manager.RequestOptions{Mode: manager.Shared})
 	s2 := mustAcquire(t, ctx, b, n, manager.RequestOptions{Mode: manager.Shared, IfAvailable: true})
-	x := acquireAsync(ctx, a, n, manager.RequestOptions{})
-	waitPending(t, a, n, 1)
+	x := AcquireAsync(ctx, a, n, manager.RequestOptions{})
+	WaitPending(t, a, n, 1)
 	_, err = b.Acquire(ctx, n, manager.RequestOptions{Mode: manager.Shared, IfAvailable: true})
 	if !errors.Is(err, manager.ErrNotAvailable) {
 		t.Fatalf("shared IfAvailable behind a queued exclusive: %v", err)
 	}
 	mustRelease(t, s1)
 	mustRelease(t, s2)
-	mustRelease(t, mustGrant(t, x, "exclusive"))
+	mustRelease(t, MustGrant(t, x, "exclusive"))
 }
 
 func testSteal(t *testing.T, open func(*testing.T) *manager.Manager) {
@@ -411,8 +283,8 @@ func testSteal(t *testing.T, open func(*testing.T) *manager.Manager) {
 	l := mustAcquire(t, ctx, a, n, manager.RequestOptions{})
 	lost := l.Lost()
 	mustBeOpen(t, lost, "Lost of a held lock")
-	waiting := acquireAsync(ctx, b, n, manager.RequestOptions{})
-	waitPending(t, a, n, 1)
+	waiting := AcquireAsync(ctx, b, n, manager.RequestOptions{})
+	WaitPending(t, a, n, 1)
 	st := mustAcquire(t, ctx, c, n, manager.RequestOptions{Steal: true})
 	mustBeClosed(t, lost, "victim's Lost")
 	if err := l.Release(); !errors.Is(err, manager.ErrStolen) {
@@ -421,12 +293,12 @@ func testSteal(t *testing.T, open func(*testing.T) *manager.Manager) {
 	if st.Token() <= l.Token() {
 		t.Fatalf("stealer's token %d after %d", st.Token(), l.Token())
 	}
-	mustBlock(t, waiting, "request queued before the steal, while the stealer holds")
+	MustBlock(t, waiting, "request queued before the steal, while the stealer holds")
 	if h, p := infos(t, a, n); len(h) != 1 || h[0].ClientID != c.ClientID() || len(p) != 1 || p[0].ClientID != b.ClientID() {
 		t.Fatalf("after the steal: held %+v pending %+v", h, p)
 	}
 	mustRelease(t, st)
-	w := mustGrant(t, waiting, "queued request after the stealer")
+	w := MustGrant(t, waiting, "queued request after the stealer")
 	if w.Token() <= st.Token() {
 		t.Fatalf("token %d granted after the stealer's %d", w.Token(), st.Token())
 	}
@@ -485,10 +357,10 @@ func testQuery(t *testing.T, open func(*testing.T) *manager.Manager) {
 		m    *manager.Manager
 		mode manager.Mode
 	}{{b, manager.Exclusive}, {a, manager.Shared}, {b, manager.Shared}, {a, manager.Exclusive}}
-	var chs []<-chan result
+	var chs []<-chan Result
 	for i, w := range want {
-		chs = append(chs, acquireAsync(ctx, w.m, n, manager.RequestOptions{Mode: w.mode}))
-		waitPending(t, b, n, i+1)
+		chs = append(chs, AcquireAsync(ctx, w.m, n, manager.RequestOptions{Mode: w.mode}))
+		WaitPending(t, b, n, i+1)
 	}
 	held, pending := infos(t, b, n)
 	if len(held) != 1 || held[0].ClientID != a.ClientID() || held[0].Mode != manager.Shared || held[0].PID == 0 {
@@ -501,7 +373,7 @@ func testQuery(t *testing.T, open func(*testing.T) *manager.Manager) {
 	}
 	mustRelease(t, h)
 	for i, ch := range chs {
-		mustRelease(t, mustGrant(t, ch, fmt.Sprintf("request %d", i)))
+		mustRelease(t, MustGrant(t, ch, fmt.Sprintf("request %d", i)))
 	}
 	if h, p := infos(t, a, n); len(h)+len(p) != 0 {
 		t.Fatalf("left behind: held %+v pending %+v", h, p)
@@ -586,16 +458,16 @@ func testClose(t *testing.T, open func(*testing.T) *manager.Manager) {
 	l := mustAcquire(t, ctx, a, n, manager.RequestOptions{})
 	lost := l.Lost()
 	other := mustAcquire(t, ctx, b, n2, manager.RequestOptions{})
-	pend := acquireAsync(ctx, a, n2, manager.RequestOptions{})
-	waiter := acquireAsync(ctx, b, n, manager.RequestOptions{})
-	waitPending(t, b, n, 1)
-	waitPending(t, b, n2, 1)
+	pend := AcquireAsync(ctx, a, n2, manager.RequestOptions{})
+	waiter := AcquireAsync(ctx, b, n, manager.RequestOptions{})
+	WaitPending(t, b, n, 1)
+	WaitPending(t, b, n2, 1)
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	mustBeClosed(t, lost, "Lost of a lock released by Close")
-	mustFail(t, pend, manager.ErrClosed, "pending request of a closed Manager")
-	w := mustGrant(t, waiter, "waiter of another client after Close")
+	MustFail(t, pend, manager.ErrClosed, "pending request of a closed Manager")
+	w := MustGrant(t, waiter, "waiter of another client after Close")
 	if err := l.Release(); err == nil {
 		t.Fatal("Release after Close returned nil")
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
 	"bytes"
@@ -71,15 +71,17 @@ func newWaitRecorder(ctl []byte, id int) waitRecorder {
 	return waitRecorder{hist: h, longest: l}
 }
 
-// record counts a wait of ns nanoseconds.
+// record counts a wait of ns nanoseconds: the longest first, so that a
+// wait the parent finds in the histogram is never above the longest it
+// reads after.
 func (r waitRecorder) record(ns int64) {
-	atomic.AddUint64(&r.hist[benchWaitBucket(ns)], 1)
 	for {
 		old := atomic.LoadUint64(r.longest)
 		if uint64(ns) <= old || atomic.CompareAndSwapUint64(r.longest, old, uint64(ns)) {
-			return
+			break
 		}
 	}
+	atomic.AddUint64(&r.hist[benchWaitBucket(ns)], 1)
 }
 
 // waitSnapshot is the parent's reading of every goroutine's histogram.
@@ -184,4 +186,13 @@ func TestBenchWaitBuckets(t *testing.T) {
 			require.LessOrEqual(t, top, 1.25*float64(ns)+1, "%d ns in bucket %d (top %v)", ns, i, top)
 		}
 	}
+}
+
+// cpusAllowed is the number of CPUs this process may run on.
+func cpusAllowed() int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return runtime.NumCPU()
+	}
+	return set.Count()
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package manager
+package bench
 
 import (
 	"context"
@@ -10,24 +10,26 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // Uncontended cost, one process: our Acquire+Release and Request against the
 // baselines measured in the same run (see docs/benchmarks.md).
 
 // benchKeptLock makes the handles of AcquireReleaseKept escape.
-var benchKeptLock *Lock
+var benchKeptLock *manager.Lock
 
 func BenchmarkUncontended(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "bench.tbl")
-	m, err := Open(path, nil)
+	m, err := manager.Open(path, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer m.Close()
 	ctx := context.Background()
 	// Keep the name's entry live (another shared holder) so the name "exists".
-	keep, err := m.Acquire(ctx, "bench", RequestOptions{Mode: Shared})
+	keep, err := m.Acquire(ctx, "bench", manager.RequestOptions{Mode: manager.Shared})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -35,7 +37,7 @@ func BenchmarkUncontended(b *testing.B) {
 	// A path-like name, as users name their locks, to show what the name's
 	// length costs (hashing and comparing it).
 	const longName = "orders/2026/11/21/customer-000123"
-	keep, err = m.Acquire(ctx, longName, RequestOptions{Mode: Shared})
+	keep, err = m.Acquire(ctx, longName, manager.RequestOptions{Mode: manager.Shared})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func BenchmarkUncontended(b *testing.B) {
 	b.Run("AcquireRelease", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			l, err := m.Acquire(ctx, "bench", RequestOptions{})
+			l, err := m.Acquire(ctx, "bench", manager.RequestOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -57,7 +59,7 @@ func BenchmarkUncontended(b *testing.B) {
 		// heap object per grant, for the collector.
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			l, err := m.Acquire(ctx, "bench", RequestOptions{})
+			l, err := m.Acquire(ctx, "bench", manager.RequestOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -67,18 +69,18 @@ func BenchmarkUncontended(b *testing.B) {
 	})
 	b.Run("Request", func(b *testing.B) {
 		b.ReportAllocs()
-		fn := func(context.Context, *Lock) error { return nil }
+		fn := func(context.Context, *manager.Lock) error { return nil }
 		for i := 0; i < b.N; i++ {
-			if err := m.Request(ctx, "bench", RequestOptions{}, fn); err != nil {
+			if err := m.Request(ctx, "bench", manager.RequestOptions{}, fn); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("RequestLongName", func(b *testing.B) {
 		b.ReportAllocs()
-		fn := func(context.Context, *Lock) error { return nil }
+		fn := func(context.Context, *manager.Lock) error { return nil }
 		for i := 0; i < b.N; i++ {
-			if err := m.Request(ctx, longName, RequestOptions{}, fn); err != nil {
+			if err := m.Request(ctx, longName, manager.RequestOptions{}, fn); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -108,7 +110,7 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 	})
 	b.Run("CASFloor", func(b *testing.B) {
-		word := (*uint32)(m.Table().SpareWord())
+		word := (*uint32)(tableOf(b, path).SpareWord())
 		for i := 0; i < b.N; i++ {
 			for !atomic.CompareAndSwapUint32(word, 0, 1) {
 			}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
 	"sync/atomic"

@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // BenchmarkLongWait: this process holds a name for 1 s while a child process
@@ -27,21 +29,21 @@ func BenchmarkLongWait(b *testing.B) {
 		path := filepath.Join(dir, "long.tbl")
 		ctlPath := filepath.Join(dir, "ctl")
 		require.NoError(b, os.WriteFile(ctlPath, make([]byte, ctlSize), 0o600))
-		m, err := Open(path, nil)
+		m, err := manager.Open(path, nil)
 		require.NoError(b, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		l, err := m.Acquire(ctx, "long", RequestOptions{})
+		l, err := m.Acquire(ctx, "long", manager.RequestOptions{})
 		require.NoError(b, err)
 		c := startBenchChild(b, "longwait", ctlPath, benchArgs{Kind: kindShm, Table: path, Name: "long", Limit: 30 * time.Second}, -1)
-		c.send("wait")
+		c.Send("wait")
 		waitPending(b, m, "long", 1)
 		time.Sleep(hold)
 		require.NoError(b, l.Release())
-		f := strings.Fields(c.expect("waited"))
+		f := strings.Fields(c.Expect("waited"))
 		wall, _ := strconv.ParseFloat(f[1], 64)
 		cpu, _ := strconv.ParseFloat(f[2], 64)
 		pct, wallMS = 100*cpu/wall, wall/1e6
-		c.wait()
+		c.Wait()
 		cancel()
 		m.Close()
 	}

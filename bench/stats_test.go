@@ -1,16 +1,18 @@
-package manager
+package bench
 
 import (
 	"context"
 	"path/filepath"
 	"testing"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // BenchmarkUncontendedStats is BenchmarkUncontended/AcquireRelease with
 // OpenOptions.Stats: what counting costs a request (atomic adds and two
 // clock reads). Without Stats the path is BenchmarkUncontended's.
 func BenchmarkUncontendedStats(b *testing.B) {
-	m, err := Open(filepath.Join(b.TempDir(), "bench.tbl"), &OpenOptions{Stats: true})
+	m, err := manager.Open(filepath.Join(b.TempDir(), "bench.tbl"), &manager.OpenOptions{Stats: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -18,7 +20,7 @@ func BenchmarkUncontendedStats(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		l, err := m.Acquire(ctx, "bench", RequestOptions{})
+		l, err := m.Acquire(ctx, "bench", manager.RequestOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

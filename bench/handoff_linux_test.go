@@ -1,8 +1,12 @@
 //go:build linux
 
-package manager
+package bench
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/shmlocks/shmlocks/manager"
+)
 
 // BenchmarkHandoff: two child processes pass one exclusive lock back and
 // forth, side by side in the same run:
@@ -29,11 +33,11 @@ func BenchmarkHandoff(b *testing.B) {
 	for _, v := range []struct {
 		name   string
 		pinned bool
-		opts   *OpenOptions
+		opts   *manager.OpenOptions
 	}{
 		{"unpinned", false, nil},
 		{"pinned", true, nil},
-		{"pinned-nospin", true, &OpenOptions{SpinLimit: -1}},
+		{"pinned-nospin", true, &manager.OpenOptions{SpinLimit: -1}},
 	} {
 		pinned := v.pinned
 		b.Run(v.name, func(b *testing.B) {

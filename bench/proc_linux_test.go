@@ -1,29 +1,29 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"testing"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/shmlocks/shmlocks/futex"
+	"github.com/shmlocks/shmlocks/internal/proctest"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // Multi-process benchmarks (docs/benchmarks.md) re-exec this test binary as
-// loop children (TestBenchHelperProcess, selected by SHMLOCKS_BENCH_ROLE).
+// loop children (the role "bench" of internal/proctest).
 // A child prepares (opens the table, the flock file), prints
 //
 //	ready PID GOMAXPROCS CPUS
@@ -42,12 +42,6 @@ import (
 // counters over a window after a warm-up, so process start and stop do not
 // count. Every wait is bounded: a context deadline for shmlocks, a futex
 // timeout with a stop check, and a watchdog that ends a stuck child.
-const (
-	envBenchRole = "SHMLOCKS_BENCH_ROLE"
-	envBenchCtl  = "SHMLOCKS_BENCH_CTL"
-	envBenchArgs = "SHMLOCKS_BENCH_ARGS"
-)
-
 // Control file layout (byte offsets; every field on its own cache line).
 const (
 	ctlStop    = 0    // uint32: the parent sets 1 to end the loops
@@ -92,28 +86,18 @@ type benchArgs struct {
 	Flock   string
 	Name    string
 	Index   int
-	Mode    Mode
+	Mode    manager.Mode
 	CSIters int  // spinWork iterations inside the critical section
 	Ping    bool // ping-pong: hold until the partner (index 1-Index) is about to request
 	Calib   int  // spinWork iterations of the calibration loop
-	Opts    *OpenOptions
+	Opts    *manager.OpenOptions
 	Limit   time.Duration // bound of every wait
 	Gaps    bool          // record the gaps between sections of different processes (SHMLOCKS_BENCH_GAPS)
 	// Goroutines >= 1: that many goroutines loop greedily (benchLoopGoroutines).
 	Goroutines int
 }
 
-func TestBenchHelperProcess(t *testing.T) {
-	role := os.Getenv(envBenchRole)
-	if role == "" {
-		t.Skip("helper process for the multi-process benchmarks")
-	}
-	time.AfterFunc(90*time.Second, func() {
-		fmt.Println("error watchdog bench child stuck for 90s")
-		os.Exit(3)
-	})
-	os.Exit(benchChild(role))
-}
+func init() { childRoles["bench"] = benchChild }
 
 // benchSink keeps spinWork from being optimised away.
 var benchSink atomic.Uint64
@@ -182,22 +166,24 @@ func mapCtl(path string) ([]byte, error) {
 	return unix.Mmap(int(f.Fd()), 0, ctlSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
 
-func benchChild(role string) int {
+// benchChild is the role "bench": args are the loop's role, the control
+// file and the benchArgs (JSON).
+func benchChild(args []string) int {
 	var a benchArgs
-	if err := json.Unmarshal([]byte(os.Getenv(envBenchArgs)), &a); err != nil {
+	if err := json.Unmarshal([]byte(args[2]), &a); err != nil {
 		fmt.Printf("error args %v\n", err)
 		return 2
 	}
-	ctl, err := mapCtl(os.Getenv(envBenchCtl))
+	ctl, err := mapCtl(args[1])
 	if err != nil {
 		fmt.Printf("error ctl %v\n", err)
 		return 2
 	}
-	var m *Manager
+	var m *manager.Manager
 	var fd int
 	switch a.Kind {
 	case kindShm:
-		if m, err = Open(a.Table, a.Opts); err != nil {
+		if m, err = manager.Open(a.Table, a.Opts); err != nil {
 			fmt.Printf("error open %v\n", err)
 			return 2
 		}
@@ -214,9 +200,8 @@ func benchChild(role string) int {
 	var cpus unix.CPUSet
 	unix.SchedGetaffinity(0, &cpus)
 	fmt.Printf("ready %d %d %d\n", os.Getpid(), runtime.GOMAXPROCS(0), cpus.Count())
-	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() {
-		switch strings.TrimSpace(in.Text()) {
+	for f := range proctest.Commands() {
+		switch f[0] {
 		case "calib":
 			t0 := time.Now()
 			spinWork(a.Calib)
@@ -237,7 +222,7 @@ func benchChild(role string) int {
 			// 1 s of 1 µs work units, with a sched_yield after each unit
 			// (share1) or none (share0): BenchmarkYieldShare.
 			perUS := int(spinItersPerMicro())
-			yield := strings.TrimSpace(in.Text()) == "share1"
+			yield := f[0] == "share1"
 			var units uint64
 			for end := time.Now().Add(time.Second); time.Now().Before(end); units++ {
 				spinWork(perUS)
@@ -275,11 +260,11 @@ func schedYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 // already waiting. With a FIFO lock the partner is normally queued and the
 // unlock is a grant to it; flock lets the releaser barge back in, which shows
 // as repeats.
-func benchLoop(a benchArgs, ctl []byte, m *Manager, fd int) (uint64, error) {
+func benchLoop(a benchArgs, ctl []byte, m *manager.Manager, fd int) (uint64, error) {
 	stop := ctlWord32(ctl, ctlStop)
 	ops := ctlWord64(ctl, ctlOps+64*a.Index)
 	me := uint32(a.Index + 1)
-	exclusive := a.Mode == Exclusive
+	exclusive := a.Mode == manager.Exclusive
 	owner, inCS := ctlWord32(ctl, ctlOwner), ctlWord32(ctl, ctlInCS)
 	changes, repeats, viol := ctlWord64(ctl, ctlChanges), ctlWord64(ctl, ctlRepeats), ctlWord64(ctl, ctlViol)
 	var wantMe, wantPartner *uint32
@@ -337,14 +322,14 @@ func benchLoop(a benchArgs, ctl []byte, m *Manager, fd int) (uint64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), a.Limit)
 		defer cancel()
 		var ok bool
-		fn := func(context.Context, *Lock) error {
+		fn := func(context.Context, *manager.Lock) error {
 			if a.Ping {
 				atomic.StoreUint32(wantMe, 0)
 			}
 			ok = critical()
 			return nil
 		}
-		o := RequestOptions{Mode: a.Mode}
+		o := manager.RequestOptions{Mode: a.Mode}
 		for atomic.LoadUint32(stop) == 0 {
 			if a.Ping {
 				atomic.StoreUint32(wantMe, 1)
@@ -407,13 +392,13 @@ func benchLoop(a benchArgs, ctl []byte, m *Manager, fd int) (uint64, error) {
 // benchLongWait requests the name once (the parent holds it) and reports the
 // wall time of the wait and the CPU time (user+system, the whole process)
 // spent during it.
-func benchLongWait(a benchArgs, m *Manager) (wall, cpu time.Duration, err error) {
+func benchLongWait(a benchArgs, m *manager.Manager) (wall, cpu time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.Limit)
 	defer cancel()
 	var r0, r1 unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &r0)
 	t0 := time.Now()
-	l, err := m.Acquire(ctx, a.Name, RequestOptions{Mode: a.Mode})
+	l, err := m.Acquire(ctx, a.Name, manager.RequestOptions{Mode: a.Mode})
 	wall = time.Since(t0)
 	unix.Getrusage(unix.RUSAGE_SELF, &r1)
 	if err != nil {

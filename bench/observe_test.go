@@ -1,10 +1,12 @@
-package manager
+package bench
 
 import (
 	"context"
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // BenchmarkWaitUnlockedWake: the time from a Release by one agent to the
@@ -16,22 +18,23 @@ func BenchmarkWaitUnlockedWake(b *testing.B) {
 	path := tablePath(b)
 	m1 := openM(b, path, smallTable)
 	m2 := openM(b, path, smallTable)
+	tb, parked := tableOf(b, path), parkedOf(b, path, m2)
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		l, err := m1.Acquire(ctx, "x", RequestOptions{})
+		l, err := m1.Acquire(ctx, "x", manager.RequestOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		done := make(chan time.Time, 1)
 		go func() {
-			if err := m2.WaitUnlocked(ctx, "x", Exclusive); err != nil {
+			if err := m2.WaitUnlocked(ctx, "x", manager.Exclusive); err != nil {
 				b.Error(err)
 			}
 			done <- time.Now()
 		}()
-		for m2.obs.n.Load() == 0 || m1.Table().Usage().Watching == 0 { // parked and linked
+		for parked() == 0 || tb.Usage().Watching == 0 { // registered (parked) and linked
 			time.Sleep(10 * time.Microsecond)
 		}
 		time.Sleep(200 * time.Microsecond) // past its first look: parked on its channel

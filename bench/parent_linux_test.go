@@ -1,9 +1,8 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -18,6 +17,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/shmlocks/shmlocks/internal/proctest"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // The parent side of the multi-process benchmarks: runLoop starts the loop
@@ -70,31 +73,17 @@ type benchChildInfo struct {
 	maxprocs, cpus int
 }
 
-// startBenchChild re-execs the test binary as a loop child and waits for "ready".
+// startBenchChild starts a loop child (role "bench") and waits for "ready".
 func startBenchChild(b testing.TB, role, ctlPath string, a benchArgs, cpu int) benchChildInfo {
 	b.Helper()
-	exe, err := os.Executable()
+	js, err := json.Marshal(a)
 	require.NoError(b, err)
-	cmd := exec.Command(exe, "-test.run=^TestBenchHelperProcess$", "-test.v=false")
-	js, _ := json.Marshal(a)
-	cmd.Env = append(os.Environ(), envBenchRole+"="+role, envBenchCtl+"="+ctlPath, envBenchArgs+"="+string(js))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	require.NoError(b, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(b, err)
-	require.NoError(b, startPinned(cmd, cpu))
-	c := &child{t: b, cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-	}()
-	b.Cleanup(c.kill)
-	f := strings.Fields(c.expect("ready"))
-	c.pid, _ = strconv.Atoi(f[1])
+	o := proctest.Options{
+		Watchdog: 90 * time.Second, Within: eventually,
+		Start: func(cmd *exec.Cmd) error { return startPinned(cmd, cpu) },
+	}
+	c := &child{Child: proctest.SpawnWith(b, o, "bench", role, ctlPath, string(js)), t: b}
+	f := strings.Fields(c.Expect("ready"))
 	mp, _ := strconv.Atoi(f[2])
 	nc, _ := strconv.Atoi(f[3])
 	return benchChildInfo{child: c, maxprocs: mp, cpus: nc}
@@ -104,12 +93,12 @@ func startBenchChild(b testing.TB, role, ctlPath string, a benchArgs, cpu int) b
 type loopCfg struct {
 	kind    string
 	procs   int
-	mode    Mode
+	mode    manager.Mode
 	csIters int
 	ping    bool
 	pinned  bool
-	opts    *OpenOptions // shm children's OpenOptions (nil: defaults)
-	calib   bool         // measure the two-processes-vs-one calibration first
+	opts    *manager.OpenOptions // shm children's OpenOptions (nil: defaults)
+	calib   bool                 // measure the two-processes-vs-one calibration first
 	warmup  time.Duration
 	window  time.Duration
 
@@ -293,18 +282,18 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	if cfg.opts == nil && cfg.kind == kindShm {
 		// SHMLOCKS_BENCH_SPIN sets the children's SpinLimit (a diagnostic knob; "-1ns": never spin).
 		if d, err := time.ParseDuration(os.Getenv("SHMLOCKS_BENCH_SPIN")); err == nil && d != 0 {
-			cfg.opts = &OpenOptions{SpinLimit: d}
+			cfg.opts = &manager.OpenOptions{SpinLimit: d}
 		}
 	}
 	tablePath := filepath.Join(dir, "bench.tbl")
 	if cfg.kind == kindShm {
 		// Create the table before the children race to (with the children's
 		// fairness: the creator's is the table's).
-		var o *OpenOptions
+		var o *manager.OpenOptions
 		if cfg.opts != nil {
-			o = &OpenOptions{Fairness: cfg.opts.Fairness}
+			o = &manager.OpenOptions{Fairness: cfg.opts.Fairness}
 		}
-		m, err := Open(tablePath, o)
+		m, err := manager.Open(tablePath, o)
 		require.NoError(b, err)
 		m.Close()
 	}
@@ -340,7 +329,7 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 		line0 = lineNs(lineTrips)
 	}
 	for _, k := range kids {
-		k.send("go")
+		k.Send("go")
 	}
 	readGaps := func() (c, t [gapBuckets]uint64) {
 		for i := range c {
@@ -370,7 +359,7 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	cpuNow := func() []time.Duration {
 		c := make([]time.Duration, len(kids))
 		for i, k := range kids {
-			c[i] = procCPU(k.pid)
+			c[i] = procCPU(k.Pid)
 		}
 		return c
 	}
@@ -390,8 +379,8 @@ func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	cpu1 := cpuNow()
 	atomic.StoreUint32(ctlWord32(ctl, ctlStop), 1)
 	for _, k := range kids {
-		k.expect("done")
-		k.wait()
+		k.Expect("done")
+		k.Wait()
 	}
 	if measureLine {
 		if line1 := lineNs(lineTrips); line0 > 0 && line1 > 0 {
@@ -431,16 +420,16 @@ func calibrate(c0, c1 *child) float64 {
 	// Best of three each: the machine is shared, and noise only ever slows a loop down.
 	var alone, both float64
 	for i := 0; i < 3; i++ {
-		c0.send("calib")
-		v := parse(c0.expect("calib"))
+		c0.Send("calib")
+		v := parse(c0.Expect("calib"))
 		if i == 0 || v < alone {
 			alone = v
 		}
 	}
 	for i := 0; i < 3; i++ {
-		c0.send("calib")
-		c1.send("calib")
-		v := (parse(c0.expect("calib")) + parse(c1.expect("calib"))) / 2
+		c0.Send("calib")
+		c1.Send("calib")
+		v := (parse(c0.Expect("calib")) + parse(c1.Expect("calib"))) / 2
 		if i == 0 || v < both {
 			both = v
 		}

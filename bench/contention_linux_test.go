@@ -1,6 +1,6 @@
 //go:build linux
 
-package manager
+package bench
 
 import (
 	"fmt"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // BenchmarkContention: 2, 4 and 8 child processes loop greedily on one
@@ -81,8 +83,8 @@ func BenchmarkSharedReaders(b *testing.B) {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
 			var shm, fl loopResult
 			for i := 0; i < b.N; i++ {
-				shm = runLoop(b, loopCfg{kind: kindShm, procs: procs, mode: Shared, calib: true})
-				fl = runLoop(b, loopCfg{kind: kindFlock, procs: procs, mode: Shared})
+				shm = runLoop(b, loopCfg{kind: kindShm, procs: procs, mode: manager.Shared, calib: true})
+				fl = runLoop(b, loopCfg{kind: kindFlock, procs: procs, mode: manager.Shared})
 			}
 			b.ReportMetric(shm.opsPerSec(), "shm-ops/s")
 			b.ReportMetric(fl.opsPerSec(), "flock-ops/s")
@@ -110,18 +112,18 @@ func BenchmarkYieldShare(b *testing.B) {
 		require.NoError(b, os.WriteFile(ctlPath, make([]byte, ctlSize), 0o600))
 		busy := startBenchChild(b, "loop", ctlPath, benchArgs{Kind: "none", Limit: time.Minute}, cpu)
 		yielder := startBenchChild(b, "loop", ctlPath, benchArgs{Kind: "none", Index: 1, Limit: time.Minute}, cpu)
-		busy.send("share0")
-		yielder.send("share1")
+		busy.Send("share0")
+		yielder.Send("share1")
 		units := func(c benchChildInfo) float64 {
-			v, err := strconv.ParseFloat(strings.Fields(c.expect("share"))[1], 64)
+			v, err := strconv.ParseFloat(strings.Fields(c.Expect("share"))[1], 64)
 			require.NoError(b, err)
 			return v
 		}
 		nb, ny := units(busy), units(yielder)
-		busy.stdin.Close()
-		yielder.stdin.Close()
-		busy.wait()
-		yielder.wait()
+		busy.CloseStdin()
+		yielder.CloseStdin()
+		busy.Wait()
+		yielder.Wait()
 		ratio = nb / max(ny, 1)
 	}
 	b.ReportMetric(ratio, "busy/yielder")

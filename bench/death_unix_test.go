@@ -1,6 +1,6 @@
 //go:build unix
 
-package manager
+package bench
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shmlocks/shmlocks/internal/proctest"
+	"github.com/shmlocks/shmlocks/manager"
 )
 
 // BenchmarkDeathToGrant: a child process holds both a shmlocks lock and an
@@ -18,18 +21,18 @@ import (
 func BenchmarkDeathToGrant(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "death.tbl")
 	flockPath := filepath.Join(b.TempDir(), "death.flock")
-	m, err := Open(path, nil)
+	m, err := manager.Open(path, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer m.Close()
 	var ours, theirs []time.Duration
 	for i := 0; i < b.N; i++ {
-		c := spawn(b, path, nil)
-		c.send("acquire d")
-		c.expect("acquired d")
-		c.send("flock %s", flockPath)
-		c.expect("flocked")
+		c := spawnHolder(b, path)
+		c.Send("acquire d")
+		c.Expect("acquired d")
+		c.Send("flock %s", flockPath)
+		c.Expect("flocked")
 		f, err := os.OpenFile(flockPath, os.O_RDWR, 0)
 		if err != nil {
 			b.Fatal(err)
@@ -38,7 +41,7 @@ func BenchmarkDeathToGrant(b *testing.B) {
 		got := make(chan time.Time, 1)
 		flocked := make(chan time.Time, 1)
 		go func() {
-			l, err := m.Acquire(ctx, "d", RequestOptions{})
+			l, err := m.Acquire(ctx, "d", manager.RequestOptions{})
 			now := time.Now()
 			if err != nil {
 				b.Error(err)
@@ -55,7 +58,7 @@ func BenchmarkDeathToGrant(b *testing.B) {
 		waitPending(b, m, "d", 1)
 		time.Sleep(2 * time.Millisecond) // let both waiters go to sleep (not a synchronisation: a settling time for the measurement)
 		t0 := time.Now()
-		c.cmd.Process.Kill()
+		c.Cmd.Process.Kill()
 		tg, tf := <-got, <-flocked
 		if os.Getenv("DEBUG_REAP") != "" {
 			println("kill", t0.UnixMicro(), "grant", tg.UnixMicro(), "flock", tf.UnixMicro())
@@ -64,7 +67,7 @@ func BenchmarkDeathToGrant(b *testing.B) {
 		theirs = append(theirs, tf.Sub(t0))
 		cancel()
 		f.Close()
-		c.wait()
+		c.Wait()
 	}
 	slices.Sort(ours)
 	slices.Sort(theirs)
@@ -74,4 +77,55 @@ func BenchmarkDeathToGrant(b *testing.B) {
 	b.ReportMetric(pct(theirs, 0.5), "flock-p50-us")
 	b.ReportMetric(pct(theirs, 0.99), "flock-p99-us")
 	b.ReportMetric(pct(ours, 0.5)/max(pct(theirs, 0.5), 1), "ratio-p50")
+}
+
+func init() { childRoles["holder"] = holderMain }
+
+// spawnHolder starts a holder child on the table at path and waits for
+// "ready".
+func spawnHolder(t testing.TB, path string) *child {
+	t.Helper()
+	c := &child{Child: proctest.SpawnWith(t, proctest.Options{Within: eventually}, "holder", path), t: t}
+	c.Expect("ready")
+	return c
+}
+
+// holderMain is the role "holder": it opens the table args[0] (smallTable)
+// and obeys
+//
+//	acquire NAME -> "acquired NAME TOKEN" (exclusive, held until the child dies)
+//	flock PATH   -> "flocked" (an exclusive flock(2) on PATH, held as long)
+func holderMain(args []string) int {
+	m, err := manager.Open(args[0], smallTable)
+	if err != nil {
+		proctest.Say("error open %v", err)
+		return 2
+	}
+	proctest.Say("ready")
+	var held []any // what the holder keeps until it dies
+	for f := range proctest.Commands() {
+		switch f[0] {
+		case "acquire":
+			l, err := m.Acquire(context.Background(), f[1], manager.RequestOptions{})
+			if err != nil {
+				proctest.Say("error acquire %v", err)
+				continue
+			}
+			held = append(held, l)
+			proctest.Say("acquired %s %d", f[1], l.Token())
+		case "flock":
+			fl, err := os.OpenFile(f[1], os.O_CREATE|os.O_RDWR, 0o600)
+			if err == nil {
+				err = syscall.Flock(int(fl.Fd()), syscall.LOCK_EX)
+			}
+			if err != nil {
+				proctest.Say("error flock %v", err)
+				continue
+			}
+			held = append(held, fl)
+			proctest.Say("flocked")
+		}
+	}
+	_ = held
+	return 0
 }
