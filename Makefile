@@ -39,10 +39,10 @@ demo: build
 # fill the CPU the suites leave idle. Each lane orders its steps so that
 # neither compiles what the other is compiling (the lanes' first steps
 # build the race and the plain standard library). From an empty GOCACHE
-# (modules already downloaded) on a shared 2-CPU machine at load 5 to 10,
-# this took 6.9 minutes (10.3 minutes of CPU); the suites alone, one step
-# after the other without the darwin, freebsd and 386 vets, 6.75 minutes on
-# 2 quiet CPUs.
+# (modules already downloaded) on a shared 2-CPU machine at a load of 3 to
+# 10, this took 6.9 minutes (11 minutes of CPU); the suites alone, one step
+# after the other without the darwin, freebsd and 386 vets, took 6.75
+# minutes on 2 quiet CPUs.
 test: fmt
 	$(MAKE) --no-print-directory -j2 -Oline test-suites test-vets
 
