@@ -129,6 +129,33 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 		extra = max(limit, 0)
 	}
 	slots := cfg.Procs + extra
+	// Create the table once, with the defaults and the fairness asked for
+	// (an existing --table keeps its own: the report says which), before the
+	// check file that lives beside it: Open also creates the default table's
+	// directory.
+	coalesceDir := ""
+	if cfg.Backend == BackendShmlocks {
+		o := &manager.OpenOptions{}
+		if cfg.Fairness != "" {
+			var err error
+			if o.Fairness, err = manager.ParseFairness(cfg.Fairness); err != nil {
+				os.RemoveAll(dir)
+				return nil, err
+			}
+		}
+		m, err := manager.Open(s.table, o)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		s.fair = m.Fairness().String()
+		m.Close()
+		if d := coalesceStore(s.table); slices.Contains(cfg.Features, FeatureCoalesce) {
+			if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+				coalesceDir = d // the run's own: removed with the run's files
+			}
+		}
+	}
 	shape := RegionShape{Names: cfg.Names, Slots: slots, Goroutines: cfg.Goroutines, Records: perG, Positions: cfg.Procs}
 	mp, err := createRegionFile(s.region, RegionSize(shape))
 	if err != nil {
@@ -142,32 +169,6 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 	if s.r, err = InitRegion(mp.buf, shape); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
-	}
-	coalesceDir := ""
-	if cfg.Backend == BackendShmlocks {
-		// Create it once, with the defaults and the fairness asked for (an
-		// existing --table keeps its own: the report says which).
-		o := &manager.OpenOptions{}
-		if cfg.Fairness != "" {
-			if o.Fairness, err = manager.ParseFairness(cfg.Fairness); err != nil {
-				os.RemoveAll(dir)
-				os.Remove(s.region)
-				return nil, err
-			}
-		}
-		m, err := manager.Open(s.table, o)
-		if err != nil {
-			os.RemoveAll(dir)
-			os.Remove(s.region)
-			return nil, err
-		}
-		s.fair = m.Fairness().String()
-		m.Close()
-		if d := coalesceStore(s.table); slices.Contains(cfg.Features, FeatureCoalesce) {
-			if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
-				coalesceDir = d // the run's own: removed with the run's files
-			}
-		}
 	}
 
 	rep := s.run()
