@@ -219,3 +219,45 @@ func TestBackendCarriedHolds(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ol.Release())
 }
+
+// On a backend, as on the table, a child grant never outlives its parent:
+// the parent's loss (the backend closes its Lost channel) ends the held
+// child (its Lost closes, its Release says stolen), and so does the
+// parent's Release; siblings exclude each other meanwhile.
+func TestBackendChildEndsWithParent(t *testing.T) {
+	f := newFake()
+	m := NewBackendManager(f)
+	ctx := ctxT(t, eventually)
+
+	p, err := m.Acquire(ctx, "a", RequestOptions{})
+	require.NoError(t, err)
+	pctx := WithLock(ctx, p)
+	kid, err := m.Acquire(pctx, "a", RequestOptions{})
+	require.NoError(t, err)
+	require.Equal(t, p.Token(), kid.Token(), "a child, not a backend grant")
+	_, err = m.Acquire(pctx, "a", RequestOptions{IfAvailable: true})
+	require.ErrorIs(t, err, ErrNotAvailable, "an exclusive sibling while a child holds")
+
+	f.steal(p.Token())
+	select {
+	case <-kid.Lost():
+	case <-ctx.Done():
+		t.Fatal("the parent's loss did not end its child")
+	}
+	require.ErrorIs(t, kid.Release(), ErrStolen)
+	require.ErrorIs(t, p.Release(), ErrStolen)
+
+	// A Release of the parent ends a held child first.
+	p, err = m.Acquire(ctx, "a", RequestOptions{})
+	require.NoError(t, err)
+	kid, err = m.Acquire(WithLock(ctx, p), "a", RequestOptions{})
+	require.NoError(t, err)
+	require.NoError(t, p.Release())
+	select {
+	case <-kid.Lost():
+	default:
+		t.Fatal("the parent's Release returned with its child still held")
+	}
+	require.ErrorIs(t, kid.Release(), ErrStolen)
+	require.NoError(t, m.Close())
+}
