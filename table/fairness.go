@@ -129,17 +129,27 @@ func (t *Table) passOn(e uint32, w *Wakes, ring bool) {
 		t.processQueue(e, w) // starved: hand-offs in arrival order
 		return
 	}
-	// The head is asleep: wake it once. The mark is cleared so that the
-	// releases that follow before it runs do not ring it again (a datagram
-	// each, across processes); it sets the mark again before it looks
-	// under the latch (TakeTurn), so a later release leaving it the name
-	// rings it again. A head that spins (mark 0) looks by itself.
-	if atomic.CompareAndSwapUint32(t.u32(so+slPark), 1, 0) || ring {
+	// The head is asleep: wake it once. The mark moves from 1 (asleep) to
+	// markRung so that the releases that follow before it runs do not ring
+	// it again (a datagram each, across processes); it sets the mark to 1
+	// again before it looks under the latch (TakeTurn), so a later release
+	// leaving it the name rings it again. A head that spins (mark 0) looks
+	// by itself. markRung is not 0: a grant made before the head ran (a
+	// starved hand-off, processQueue) still rings it (ringIfAsleep), so
+	// its wake-up never rests on this ring alone (without that second
+	// ring, a head granted that way was at times found only by its
+	// Manager's 100 ms safety scan: docs/experiments.md).
+	if atomic.CompareAndSwapUint32(t.u32(so+slPark), 1, markRung) || ring {
 		w.addSleeper(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), head-1)
 	}
 	crash("passon.leftfree")
 	t.armFree(eo)
 }
+
+// markRung is a park mark (slot offset 56) that passOn left after it rang a
+// sleeping head to take its turn: the head has not run since, so a grant
+// rings it as it would a mark of 1 (any mark but 0 means asleep).
+const markRung = 2
 
 // armFree hands entry eo, its name left free to its queue's head, to the
 // fast path (a bounded table): until a latch holder owns it again, new

@@ -21,9 +21,50 @@ func newBoundedTable(t *testing.T, bound time.Duration) *Table {
 	return tb
 }
 
+// TestStarvedGrantRingsARungHead: a head rung to take its turn (mark
+// markRung) that has not run when it is granted by a starved hand-off is
+// rung again at that grant: its wake-up does not rest on the first ring
+// alone (with the mark cleared to 0 instead, the grant rang nobody, and in
+// BenchmarkGoroutines such a head was at times found only by its Manager's
+// 100 ms safety scan while every request on the name waited behind it).
+func TestStarvedGrantRingsARungHead(t *testing.T) {
+	tb := newBoundedTable(t, time.Hour)
+	holder, head, other := registerPID(t, tb, 211), registerPID(t, tb, 212), registerPID(t, tb, 213)
+	h := Hash("n")
+	var w Wakes
+	noted := func() []uint32 {
+		var got []uint32
+		tb.DeliverLocal(&w, noAgent, nil, func(agent uint32, _ uint64) { got = append(got, agent) })
+		return got
+	}
+	atomic.StoreUint32(head.Parked(), 1)
+	held, out, _, err := tb.Acquire(holder, "n", h, ModeExclusive, false, false, &w)
+	require.NoError(t, err)
+	require.Equal(t, Granted, out)
+	waiting, out, _, err := tb.Acquire(head, "n", h, ModeExclusive, false, false, &w)
+	require.NoError(t, err)
+	require.Equal(t, Queued, out)
+	tb.MarkParked(waiting, true)
+	require.Empty(t, noted())
+
+	require.NoError(t, tb.Release(holder, held, &w))
+	require.Equal(t, []uint32{head.Idx}, noted(), "rung to take its turn")
+	// It has not run, and now it has waited the bound: a new request finds
+	// it starved and hands it the name.
+	*tb.u64(tb.slotOff(waiting.Slot) + slEnqueue) = uint64(nowNano() - int64(2*time.Hour))
+	_, out, _, err = tb.Acquire(other, "n", h, ModeExclusive, false, false, &w)
+	require.NoError(t, err)
+	require.Equal(t, Queued, out, "nobody barges past a starved head")
+	st, _, ok := tb.Status(head, waiting)
+	require.True(t, ok)
+	require.EqualValues(t, SlotHeld, st, "the starved head is granted")
+	require.Contains(t, noted(), head.Idx, "its grant rings it again")
+	require.NoError(t, tb.Check(holder))
+}
+
 // TestBoundedLeavesTheNameToItsHead: on a bounded table a release that
 // could grant the head of the queue, which has waited less than the bound,
-// leaves the name free and wakes the head once (its park mark cleared); a
+// leaves the name free and wakes the head once (its park mark markRung); a
 // new request takes the name first (exclusive, shared and IfAvailable
 // alike), and its release does not ring the head again; the head then takes
 // its turn; a head aged past the bound is granted by the release, and then
@@ -65,7 +106,7 @@ func TestBoundedLeavesTheNameToItsHead(t *testing.T) {
 	require.True(t, ok)
 	require.EqualValues(t, SlotWaiting, st, "left the name, not granted")
 	require.Equal(t, []uint32{head.Idx}, noted(), "the sleeping head is woken once")
-	require.Zero(t, atomic.LoadUint32(tb.u32(tb.slotOff(waiting.Slot)+slPark)), "its mark cleared")
+	require.EqualValues(t, markRung, atomic.LoadUint32(tb.u32(tb.slotOff(waiting.Slot)+slPark)), "its mark says rung")
 	require.NoError(t, tb.Check(holder), "a free name left to its head passes the checker")
 	ready, err := tb.Ready(other, "n", h, ModeExclusive)
 	require.NoError(t, err)

@@ -106,7 +106,7 @@ const (
 	slToken   = 32 // uint64: fencing token, written at grant
 	slEnqueue = 40 // int64: unix nanoseconds when enqueued
 	slGrant   = 48 // int64: unix nanoseconds when granted (a grant made at once: from the coarse clock, stamp.go)
-	slPark    = 56 // uint32: 1 while the WAITING request's goroutine is asleep (its grant must ring its agent); advisory
+	slPark    = 56 // uint32: not 0 while the WAITING request's goroutine is asleep (its grant must ring its agent): 1, or markRung after a bounded table rang it to take its turn (fairness.go); advisory
 )
 
 // Agent field offsets (stride AgentSize).

@@ -175,7 +175,9 @@ func (t *Table) wakeAhead(e uint32, w *Wakes) {
 		wordAgent(atomic.LoadUint64(t.u64(t.slotOff(h-1)+slWord))) == wordAgent(atomic.LoadUint64(t.u64(so+slWord))) {
 		return
 	}
-	t.ringIfAsleep(head-1, w)
+	if atomic.LoadUint32(t.u32(so+slPark)) == 1 { // not markRung: rung already, it has yet to run (fairness.go)
+		w.addSleeper(wordAgent(atomic.LoadUint64(t.u64(so+slWord))), head-1)
+	}
 }
 
 // ringIfAsleep notes in w the agent of request slot s, just granted or just
