@@ -168,8 +168,16 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			}
 			return 0, fmt.Errorf("lock %q: request removed from the table (agent reaped?): %w", name, ErrStolen)
 		}
-		if m.bounded && ok && st == table.SlotWaiting && m.t.IsHead(m.a, ref) && m.takeTurn(ref, true) {
-			continue // a bounded table left us the name (fairness.go): the next look returns the grant
+		if m.bounded && ok && st == table.SlotWaiting && m.t.IsHead(m.a, ref) {
+			if m.takeTurn(ref, true) {
+				continue // a bounded table left us the name (fairness.go): the next look returns the grant
+			}
+			// Granted by someone else since our look (a starved hand-off)?
+			// Our mark is set now: a grant after this look rings us, one
+			// before it must be seen here, not slept through.
+			if st, _, ok := m.t.Status(m.a, ref); !ok || st != table.SlotWaiting {
+				continue
+			}
 		}
 		if head {
 			// Woken one grant ahead: spin (not counted as parked), then
