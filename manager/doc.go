@@ -25,9 +25,10 @@
 // A table created with OpenOptions.Fairness = Bounded(d) (fairness.go)
 // trades arrival order for throughput, as sync.Mutex does: a request may
 // take a free name ahead of queued ones while the oldest of them has
-// waited less than d, after which the queue is served in order. Queued
-// requests never overtake one another; the head of a queue, woken when a
-// release leaves it the name, takes it itself (takeTurn, in wait.go's loops).
+// waited less than d, after which the queue is served in order (while the
+// oldest has waited d/2 to d, a release first serves its own process's old
+// requests). The head of a queue, woken when a release leaves it the name,
+// takes it itself (takeTurn, in wait.go's loops).
 //
 // State, WaitUnlocked and Watch observe a name without requesting it: its
 // holders and queue, the first instant a request would be granted, every

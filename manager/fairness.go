@@ -18,10 +18,12 @@ import (
 // processes: a request may take a free name ahead of queued ones while the
 // oldest of them has waited less than d; once it has waited d, grants
 // follow arrival order until no queued request has waited d (the queue is
-// served in order, and requests arriving meanwhile queue behind it). Queued
-// requests never overtake one another in either mode, so Query shows each
-// queue in arrival order, and a request waits at most d plus the hand-offs
-// to the requests ahead of it. A request that does not wait (IfAvailable,
+// served in order, and requests arriving meanwhile queue behind it). While
+// the oldest has waited d/2 to d, a release serves the releasing process's
+// own requests that have waited d/2 before older ones of other processes
+// (a batch per process: fewer hand-offs between processes). Query shows
+// each queue in arrival order, and a request waits at most d plus the
+// hand-offs to the requests ahead of it. A request that does not wait (IfAvailable,
 // or any request finding the name free) may take the name ahead of the
 // queue in the same cases, so IfAvailable may be granted while requests
 // are queued. Steal, abort, reaping, deadlock detection and WaitUnlocked

@@ -26,6 +26,37 @@ func init() {
 	// of H (shared: under the latch) and dies holding the latch and x; H,
 	// continued, gets x.
 	crashScenarios["barge.granted"] = crashWhileBarging
+	// V holds x and asks for it again (V2); P waits for x (P1, ahead of V2).
+	// To V, whose clock is skewed 45 minutes ahead (the bound is an hour),
+	// both have waited half the bound: V's release grants V2 ahead of P1
+	// (its own batch) and dies there, latch held. P's reap of V takes the
+	// latch over, V2 goes with V, and P1 gets x.
+	crashScenarios["batch.granted"] = crashWhileBatching
+}
+
+func crashWhileBatching(e *crashEnv, point string) {
+	e.bounded(-1)
+	v := spawn(e.t, e.path, nil)
+	v.Send("acquire x")
+	tv := tokenOf(v.Expect("acquired x"))
+	w := acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{})
+	waitPending(e.t, e.m, "x", 1)
+	v.Send("acquire x")
+	waitPending(e.t, e.m, "x", 2)
+	v.Send("skew 45m")
+	v.Expect("skewed")
+	v.Send("crash %s", point)
+	v.Expect("armed")
+	v.Send("release x")
+	e.died(v)
+	l := mustGrant(e.t, w, "P after V died granting its own request ahead of P's")
+	if l.Token() <= tv+1 {
+		e.t.Fatalf("P's token %d: not above V's %d and V2's grant", l.Token(), tv)
+	}
+	check(e.t, e.m)
+	if err := l.Release(); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // TestCrashFastBargeWithQueue: the same with V's exclusive request, which

@@ -246,8 +246,9 @@ func TestBoundedWaitUnlocked(t *testing.T) {
 }
 
 // TestBoundedDeadlock: deadlock detection is the same on a bounded table
-// (its wait-for graph is: queued requests still never overtake one
-// another): A holds x and asks for y, B holds y and asks for x; exactly
+// (its wait-for graph is: a queued request's out-edges include those of
+// every request ahead of it, so which of them is granted first never makes
+// or breaks a cycle): A holds x and asks for y, B holds y and asks for x; exactly
 // one of them is the victim and the other proceeds (TestDeadlockTwoProcesses
 // on a table created with Bounded).
 func TestBoundedDeadlock(t *testing.T) {

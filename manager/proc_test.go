@@ -193,6 +193,10 @@ func childMain(args []string) int {
 		case "crash":
 			armCrash(f[1])
 			say("armed %s", f[1])
+		case "skew": // skew DURATION: how old a bounded table's queued requests look to us
+			d, _ := time.ParseDuration(f[1])
+			testhooks.FairnessSkew.Store(int64(d))
+			say("skewed %s", f[1])
 		case "coowner": // coowner PGID -> "coowned" (coowner_test.go)
 			childCoOwner(m, f)
 		case "reenter", "releasechild", "releaseouter":

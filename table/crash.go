@@ -38,6 +38,7 @@ var CrashPoints = []string{
 	"passon.leftfree",     // bounded: a release left the name free to the head, whose mark it cleared, not yet rung (latch held)
 	"turn.taken",          // bounded: the head took the name left to it, latch still held
 	"barge.granted",       // bounded: a new request took a free name ahead of its queue, latch still held
+	"batch.granted",       // bounded, aging queue: a release granted its agent's oldest queued request ahead of older ones, not yet rung (latch held)
 }
 
 // crash marks a crash point (the hook is set by tests through

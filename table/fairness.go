@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/shmlocks/shmlocks/internal/testhooks"
 )
 
 // Fairness: the order in which a name's requests are granted, a property
@@ -16,22 +18,29 @@ import (
 //	                   it.
 //	Bounded (bound d)  sync.Mutex's normal and starvation modes across
 //	                   processes. While the oldest queued request (the head)
-//	                   has waited less than d, a release that could grant
+//	                   has waited less than d/2, a release that could grant
 //	                   the head leaves the name free instead and wakes the
 //	                   head, which takes its turn itself (TakeTurn), and a
 //	                   new request that finds the name free takes it ahead of
-//	                   the queue (a barge: grantable). Once the head has
-//	                   waited d, releases hand the name to the head as FIFO
-//	                   does and nobody barges, until a head that has waited
-//	                   less than d comes first again.
+//	                   the queue (a barge: grantable). While the head has
+//	                   waited d/2 to d (aging), a release grants the name
+//	                   at once: to the oldest queued request of the
+//	                   releasing agent if that one has waited d/2 too (a
+//	                   batch per process), else to the head. Once the head
+//	                   has waited d, releases hand the name to the head as
+//	                   FIFO does and nobody barges, until a head that has
+//	                   waited less than d comes first again.
 //
-// Queued requests never overtake one another in either mode: only the head
-// of a queue is ever granted from it, so the queue stays in arrival order
-// (Query shows it) and the wait-for graph is the same. Only a request that
-// has not queued yet may go first. The bound: a request that has waited d
-// has only older requests ahead of it, so from then on nobody barges until
-// it is granted, and it waits at most d plus the hand-offs of the requests
-// ahead of it (docs/design.md).
+// The queue stays in arrival order (Query shows it), and the wait-for graph
+// is the same: a grant takes a request out of its queue, never moves one.
+// The aging batch lets a process that runs serve its own old requests
+// with hand-offs inside the process before the name crosses to another
+// process, so that the requests queued by processes that are off their CPU
+// cost one crossing per process, not one per request. The bound: a request
+// that has waited d is the head or has only older requests ahead of it, so
+// from then on nobody barges and no batch runs until it is granted, and it
+// waits at most d plus the hand-offs of the requests ahead of it and the
+// one grant in progress (docs/design.md).
 //
 // Times are the slots' enqueue times (unix ns, written by the enqueuer) read
 // against the reader's clock: a head whose enqueue time is ahead of the
@@ -105,13 +114,17 @@ func (t *Table) mayBarge(eo uint64) bool {
 }
 
 // passOn re-processes e's queue after a holder or a waiter left it
-// (removeSlot, repair). FIFO, or a head that has waited the bound: the
-// head is granted (processQueue). Otherwise, if the head could be granted,
-// the name is left free for it and it is woken to take it (TakeTurn)
-// unless a running request takes the name first. With ring (repair, after
-// a dead latch owner) the head's agent is rung even if its park mark says
-// it is awake: the dead owner may have cleared the mark and never rung.
-func (t *Table) passOn(e uint32, w *Wakes, ring bool) {
+// (removeSlot, repair); from is the agent whose hold ended (noAgent for a
+// waiter that left, or a repair). FIFO, or a head that has waited the
+// bound: the head is granted (processQueue). A head that has waited half
+// the bound (aging): from's oldest queued request is granted if it has
+// waited half the bound too and fits the holders (batch.granted), else the
+// head. Otherwise, if the head could be granted, the name is left free for
+// it and it is woken to take it (TakeTurn) unless a running request takes
+// the name first. With ring (repair, after a dead latch owner) the head's
+// agent is rung even if its park mark says it is awake: the dead owner may
+// have cleared the mark and never rung.
+func (t *Table) passOn(e uint32, w *Wakes, ring bool, from uint32) {
 	if t.l.bound == 0 {
 		t.processQueue(e, w)
 		return
@@ -125,8 +138,17 @@ func (t *Table) passOn(e uint32, w *Wakes, ring bool) {
 	if !compatible(t, eo, t.ld32(so+slMode)) {
 		return
 	}
-	if !t.waitedUnder(so, nowNano()) {
+	now := nowNano() + testhooks.FairnessSkew.Load()
+	if !t.waitedUnder(so, now) {
 		t.processQueue(e, w) // starved: hand-offs in arrival order
+		return
+	}
+	if !t.waitedUnderHalf(so, now) {
+		if s := t.agingOf(eo, from, now); s != noSlot && s != head-1 {
+			t.grantQueued(e, s, w) // the releasing process's batch
+			return
+		}
+		t.processQueue(e, w) // the oldest
 		return
 	}
 	// The head is asleep: wake it once. The mark moves from 1 (asleep) to
@@ -150,6 +172,57 @@ func (t *Table) passOn(e uint32, w *Wakes, ring bool) {
 // sleeping head to take its turn: the head has not run since, so a grant
 // rings it as it would a mark of 1 (any mark but 0 means asleep).
 const markRung = 2
+
+// waitedUnderHalf reports whether the queued request at slot offset so has
+// waited less than half the bound at now (a bounded table): its queue is
+// not aging yet. An enqueue time ahead of now counts as waited.
+func (t *Table) waitedUnderHalf(so uint64, now int64) bool {
+	waited := now - int64(t.ld64(so+slEnqueue))
+	return waited >= 0 && waited < t.l.bound/2
+}
+
+// noSlot is no slot index.
+const noSlot = ^uint32(0)
+
+// agingOf returns the oldest queued request of agent a on entry eo (the
+// first of a's in queue order) if it has waited half the bound at now and
+// fits the holders, else noSlot.
+func (t *Table) agingOf(eo uint64, a uint32, now int64) uint32 {
+	if a == noAgent {
+		return noSlot
+	}
+	s := t.ld32(eo + enQHead)
+	for steps := 0; s != 0 && s-1 < uint32(t.l.MaxRequests) && steps < t.l.MaxRequests; steps++ {
+		so := t.slotOff(s - 1)
+		if wordAgent(atomic.LoadUint64(t.u64(so+slWord))) == a {
+			if t.waitedUnderHalf(so, now) || !compatible(t, eo, t.ld32(so+slMode)) {
+				return noSlot
+			}
+			return s - 1
+		}
+		s = t.ld32(so + slNext)
+	}
+	return noSlot
+}
+
+// grantQueued grants queued request s of entry e ahead of older ones (the
+// aging batch; processQueue grants the head). It leaves the queue, then is
+// marked held and linked into the held list, as processQueue does with the
+// head: a crash between the steps leaves a slot that repair puts back in
+// its queue (by its seq) or in the held list, by its state.
+func (t *Table) grantQueued(e, s uint32, w *Wakes) {
+	eo, so := t.entryOff(e), t.slotOff(s)
+	mode := t.ld32(so + slMode)
+	t.unlink(s, eo+enQHead, eo+enQTail)
+	if n := t.ld32(eo + enNWait); n > 0 {
+		t.st32(eo+enNWait, n-1)
+	}
+	held := t.ld32(eo + enHHead)
+	t.markHeld(s, e, nowNano(), held)
+	t.linkHeld(s, e, mode, held)
+	crash("batch.granted")
+	t.ringIfAsleep(s, w)
+}
 
 // armFree hands entry eo, its name left free to its queue's head, to the
 // fast path (a bounded table): until a latch holder owns it again, new

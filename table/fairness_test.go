@@ -217,3 +217,70 @@ func TestBoundedTakeTurnOnlyTheHead(t *testing.T) {
 	require.NoError(t, tb.Check(a))
 	w = Wakes{}
 }
+
+// TestBoundedAgingServesTheReleasersOwnFirst: on a bounded table whose
+// head has waited half the bound, a release grants the releasing agent's
+// oldest queued request ahead of older ones of other agents if it has
+// waited half the bound too (a batch per process), else the head; requests
+// younger than half the bound are not batched; the queue stays in arrival
+// order and the checker passes throughout.
+func TestBoundedAgingServesTheReleasersOwnFirst(t *testing.T) {
+	tb := newBoundedTable(t, time.Hour)
+	a, b := registerPID(t, tb, 221), registerPID(t, tb, 222)
+	h := Hash("n")
+	var w Wakes
+	var last uint64
+	acquire := func(ag *Agent, want Outcome) Ref {
+		t.Helper()
+		ref, out, tok, err := tb.Acquire(ag, "n", h, ModeExclusive, false, false, &w)
+		require.NoError(t, err)
+		require.Equal(t, want, out)
+		if out == Granted {
+			require.Greater(t, tok, last)
+			last = tok
+		}
+		return ref
+	}
+	age := func(r Ref, d time.Duration) {
+		*tb.u64(tb.slotOff(r.Slot) + slEnqueue) = uint64(nowNano() - int64(d))
+	}
+	granted := func(ag *Agent, r Ref) bool {
+		t.Helper()
+		st, tok, ok := tb.Status(ag, r)
+		require.True(t, ok)
+		if st == SlotHeld {
+			require.Greater(t, tok, last)
+			last = tok
+		}
+		return st == SlotHeld
+	}
+	held := acquire(a, Granted)
+	b1 := acquire(b, Queued)
+	a1 := acquire(a, Queued)
+	a2 := acquire(a, Queued)
+	age(b1, 40*time.Minute)
+	age(a1, 35*time.Minute)
+	age(a2, 10*time.Minute) // young: not in a's batch
+	require.NoError(t, tb.Check(a))
+
+	require.NoError(t, tb.Release(a, held, &w))
+	require.True(t, granted(a, a1), "a's aging request goes ahead of b's older one")
+	require.False(t, granted(b, b1))
+	require.Equal(t, b1.Slot+1, tb.ld32(tb.entryOff(tb.slotEntry(b1.Slot))+enQHead), "the queue keeps its order")
+	require.NoError(t, tb.Check(a))
+
+	require.NoError(t, tb.Release(a, a1, &w))
+	require.True(t, granted(b, b1), "a has no aging request left: the oldest is granted")
+	require.False(t, granted(a, a2))
+	require.NoError(t, tb.Check(a))
+
+	// A release by a waiter's agent (b) with a young head now: the name is
+	// left free to the head (a2), as before half the bound.
+	require.NoError(t, tb.Release(b, b1, &w))
+	require.False(t, granted(a, a2), "a young head takes its turn itself")
+	ok, err := tb.TakeTurn(a, a2, &w)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, granted(a, a2))
+	require.NoError(t, tb.Check(a))
+}

@@ -148,7 +148,11 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 	}
 	atomic.CompareAndSwapUint64(t.u64(t.slotOff(s)+slWord), sw, slotWord(wordSerial(sw), wordAgent(sw), SlotFree))
 	crash("release.freed")
-	t.passOn(e, w, false) // processQueue, or a bounded table's choice (fairness.go)
+	from := uint32(noAgent) // a waiter left: no batch of its agent
+	if wordState(sw) == SlotHeld {
+		from = wordAgent(sw)
+	}
+	t.passOn(e, w, false, from) // processQueue, or a bounded table's choice (fairness.go)
 	t.wakeAhead(e, w)
 	t.touch(e, w)
 	t.entryEmptied(e, b)

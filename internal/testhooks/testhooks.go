@@ -31,3 +31,9 @@ func SetCrash(f func(point string)) {
 // BreakExclusion, when true, makes every request of this process grantable
 // at once: a broken lock, for proving that the stress checkers notice.
 var BreakExclusion atomic.Bool
+
+// FairnessSkew is added to this process's clock where a bounded table
+// decides how long its queued requests have waited (table/fairness.go), so
+// that a test can make requests look as old as it needs (a second half of
+// an hour-long bound) without waiting.
+var FairnessSkew atomic.Int64
