@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	"github.com/shmlocks/shmlocks/internal/seam"
@@ -92,11 +93,16 @@ func (g *Group) DoWithin(ctx context.Context, key string, maxAge time.Duration,
 		return nil, false, fmt.Errorf("%w: coalesce %q called from its own flight's fn", manager.ErrWouldDeadlock, key)
 	}
 	mb := &member{m: m, key: key, ctx: ctx, fn: fn, done: make(chan struct{})}
-	if o, err := load(b, key); err == nil && o != nil {
+	switch o, err := load(b, key); {
+	case err == nil && o != nil:
 		if maxAge > 0 && o.fresh(maxAge, time.Now()) {
 			return o.data, true, nil
 		}
 		mb.gen0 = o.gen()
+	case err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, manager.ErrCorrupt):
+		// Not knowing the outcome in place, we could not tell a later
+		// one from it (a backend's store that gets no answer).
+		return nil, false, fmt.Errorf("coalesce %q: read the outcome: %w", key, err)
 	}
 	f := join(m, b, key, mb)
 	select {
@@ -165,7 +171,13 @@ func publish(b seam.Bucket, l *manager.Lock, key string, res []byte, ferr error)
 		}
 	}
 	o.at = time.Now().UnixNano()
-	if err := b.Store.Publish(l, recordKey(key), encodeRecord(o)); err != nil {
+	// A store that can release the lock in the same step (etcd: one
+	// transaction) does: l's Release then costs nothing.
+	put := b.Store.Publish
+	if pr, ok := b.Store.(seam.PublishReleaser); ok {
+		put = pr.PublishRelease
+	}
+	if err := put(l, recordKey(key), encodeRecord(o)); err != nil {
 		return fmt.Errorf("coalesce %q: publish: %w", key, err)
 	}
 	seam.Crash("coalesce.renamed")

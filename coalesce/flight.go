@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/shmlocks/shmlocks/coalesce/internal/members"
 	"github.com/shmlocks/shmlocks/internal/seam"
 	"github.com/shmlocks/shmlocks/manager"
 )
@@ -38,6 +39,19 @@ var crashPoints = []string{
 	"coalesce.renamed", // outcome published, flight lock not yet released
 }
 
+func init() { members.Register(flightMembers) }
+
+// flightMembers is the number of callers waiting in m's flight on key (the
+// test kit's view, coalesce/internal/members).
+func flightMembers(m *manager.Manager, key string) int {
+	mu.Lock()
+	defer mu.Unlock()
+	if f := flights[flightKey{m, key}]; f != nil {
+		return len(f.waiting)
+	}
+	return 0
+}
+
 // flightKey names the flight of one Manager on one key.
 type flightKey struct {
 	m   *manager.Manager
@@ -58,8 +72,9 @@ type flight struct {
 	cancel context.CancelFunc
 
 	// mu:
-	waiting []*member // callers without an outcome, in arrival order (the next to run fn first)
-	live    int       // callers not yet returned
+	waiting   []*member // callers without an outcome, in arrival order (the next to run fn first)
+	live      int       // callers not yet returned
+	following bool      // the pilot waits for the lock and Follow may deliver
 }
 
 // member is one caller of Do in a flight.
@@ -170,13 +185,20 @@ func (f *flight) finish(res []byte, err error) {
 // callers of f that arrived before it was published, and reports whether
 // any caller is left (one that arrived later: o is too old for it). With
 // none left, f is retired.
-func (f *flight) share(o *outcome) bool {
+//
+// followed says that o was learnt while waiting for the flight lock, not
+// read under it: o need not be the latest outcome then, so it goes only to
+// callers that saw an older one (or none) on arrival.
+func (f *flight) share(o *outcome, followed bool) bool {
 	res, err := o.result()
 	mu.Lock()
 	defer mu.Unlock()
+	if followed && !f.following {
+		return true // the pilot holds the lock now: it decides
+	}
 	rest := f.waiting[:0]
 	for _, mb := range f.waiting {
-		if mb.gen0 == o.gen() {
+		if mb.gen0 == o.gen() || followed && mb.gen0.ok && o.token <= mb.gen0.token {
 			rest = append(rest, mb) // arrived after o was published
 			continue
 		}
@@ -213,9 +235,22 @@ func (f *flight) pilot() {
 	defer f.cancel()
 	m, key := f.fk.m, f.fk.key
 	lname, _ := flightName(key, f.b.MaxNameLen) // checked by DoWithin
-	l, err := m.Acquire(f.ctx, lname, manager.RequestOptions{IfAvailable: true})
+	rk := recordKey(key)
+	// A backend may read the outcome in the step that grants the lock
+	// (etcd: the same transaction): that is the outcome in place at the
+	// grant, as a load after it would read.
+	gr := &seam.GrantRead{Store: f.b.Store, Key: rk, Max: maxRecord(f.b.MaxNameLen)}
+	l, err := m.Acquire(seam.WithGrantRead(f.ctx, gr), lname, manager.RequestOptions{IfAvailable: true})
 	if errors.Is(err, manager.ErrNotAvailable) {
+		gr = nil
+		// While we wait, a store that can tell of a new outcome at once
+		// (etcd: a watch) hands it to our callers without the lock.
+		if fw, ok := f.b.Store.(seam.Follower); ok {
+			f.setFollowing(true)
+			fw.Follow(f.ctx, rk, maxRecord(f.b.MaxNameLen), f.followed)
+		}
 		l, err = m.Acquire(f.ctx, lname, manager.RequestOptions{})
+		f.setFollowing(false)
 	}
 	if err != nil {
 		f.finish(nil, fmt.Errorf("coalesce %q: %w", key, err))
@@ -225,7 +260,16 @@ func (f *flight) pilot() {
 	// queued behind, or one that ended between their arrival and our
 	// grant)? A corrupt or missing outcome is none: we lead, and our
 	// outcome replaces it.
-	if o, rerr := load(f.b, key); rerr == nil && o != nil && !f.share(o) {
+	var o *outcome
+	var rerr error
+	if gr != nil && gr.Done {
+		if gr.Rec != nil {
+			o, rerr = parseRecord(gr.Rec, rk, f.b.MaxNameLen, key)
+		}
+	} else {
+		o, rerr = load(f.b, key)
+	}
+	if rerr == nil && o != nil && !f.share(o, false) {
 		l.Release()
 		return
 	}
@@ -262,8 +306,15 @@ func (f *flight) pilot() {
 		mu.Unlock()
 		// A failed publish (the store not writable, the Manager closing)
 		// costs sharing, not correctness: our callers get the outcome,
-		// and a follower elsewhere finds nothing new and leads.
-		_ = publish(f.b, l, key, res, ferr)
+		// and a follower elsewhere finds nothing new and leads. A result
+		// the store refuses for its size (etcd's request limit) is
+		// ErrResultTooLarge, published as such, as one over MaxResultSize.
+		perr := publish(f.b, l, key, res, ferr)
+		if errors.Is(perr, seam.ErrRecordTooLarge) && ferr == nil {
+			ferr = fmt.Errorf("%w: coalesce %q: %d bytes, more than the bucket's store takes (%v)", ErrResultTooLarge, key, len(res), perr)
+			res = nil
+			_ = publish(f.b, l, key, res, ferr)
+		}
 		l.Release()
 		mu.Lock()
 		mb.panic = pv
@@ -271,6 +322,30 @@ func (f *flight) pilot() {
 		mu.Unlock()
 		f.finish(res, ferr)
 		return
+	}
+}
+
+// setFollowing turns the delivery of outcomes learnt by Follow on or off
+// (off once the pilot holds the lock: then it alone decides, and its own
+// publish must not reach its callers as another's).
+func (f *flight) setFollowing(on bool) {
+	mu.Lock()
+	f.following = on
+	mu.Unlock()
+}
+
+// followed is Follow's callback: a record just published under the key's
+// store key. Callers that arrived before it was published get it (its
+// token is above the one of the outcome they saw on arrival: tokens of
+// the flight lock increase with each hold); with none left, the pilot
+// leaves the queue.
+func (f *flight) followed(rec []byte) {
+	o, err := parseRecord(rec, recordKey(f.fk.key), f.b.MaxNameLen, f.fk.key)
+	if err != nil || o == nil {
+		return // not an outcome of our key: the lock path finds what there is
+	}
+	if !f.share(o, true) {
+		f.cancel() // nobody left: give up our place in the queue
 	}
 }
 

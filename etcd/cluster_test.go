@@ -42,8 +42,9 @@ func freePorts(t testing.TB, n int) []int {
 }
 
 // startCluster starts n members with short heartbeats (10 ms ticks, 100 ms
-// elections: leases of 1 s are allowed) and waits for a leader.
-func startCluster(t testing.TB, n int) *cluster {
+// elections: leases of 1 s are allowed) and waits for a leader; each of
+// tune may change every member's config first.
+func startCluster(t testing.TB, n int, tune ...func(*embed.Config)) *cluster {
 	t.Helper()
 	ports := freePorts(t, 2*n)
 	c := &cluster{t: t}
@@ -66,6 +67,9 @@ func startCluster(t testing.TB, n int) *cluster {
 		cfg.UnsafeNoFsync = true
 		cfg.LogLevel = "error"
 		cfg.LogOutputs = []string{"stderr"}
+		for _, f := range tune {
+			f(cfg)
+		}
 		c.cfgs = append(c.cfgs, cfg)
 	}
 	c.members = make([]*embed.Etcd, n)

@@ -36,6 +36,7 @@ type request struct {
 	mu       sync.Mutex
 	released bool       // Release was called (r.mu)
 	rel      *releaseOp // the release, once started (r.mu; release.go)
+	maybeDel bool       // a delete of our key by a store's PublishRelease got no answer (r.mu; store.go)
 }
 
 // lose closes the request's lost channel (once).
@@ -125,7 +126,17 @@ func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(r.base+"s/").WithPrefix(), "=", 0))
 	}
 	put := clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease()))
-	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(put).Commit()
+	// A record the caller wants read with the grant (seam.GrantRead: a
+	// coalesce flight's outcome) is read in the same transaction.
+	gr, grKey := r.b.grantRead(ctx)
+	ops := []clientv3.Op{put}
+	if gr != nil {
+		ops = append(ops, clientv3.OpGet(grKey))
+	}
+	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		gr = nil // the retry below does not read it
+	}
 	for err != nil {
 		if err := r.again(ctx, err); err != nil {
 			r.withdraw() // the put may have happened
@@ -148,6 +159,12 @@ func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 		return 0, fmt.Errorf("lock %q: %w", r.name, manager.ErrNotAvailable)
 	}
 	r.createRev = resp.Header.Revision
+	if gr != nil {
+		gr.Done, gr.Rec = true, nil
+		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			gr.Rec = cut(kvs[0].Value, gr.Max)
+		}
+	}
 	return r.createRev, nil
 }
 

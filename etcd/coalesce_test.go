@@ -1,0 +1,127 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shmlocks/shmlocks/coalesce"
+	"github.com/shmlocks/shmlocks/coalesce/coalescetest"
+	"github.com/shmlocks/shmlocks/manager"
+	"github.com/shmlocks/shmlocks/manager/managertest"
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// TestCoalesce runs coalesce's backend-agnostic tests on a single-member
+// embedded etcd: every Manager with a client of its own (a machine); Cut
+// revokes a Manager's lease, as etcd does when the client is cut off for
+// its TTL.
+func TestCoalesce(t *testing.T) {
+	c := startCluster(t, 1)
+	var mu sync.Mutex
+	backends := map[*manager.Manager]*backend{}
+	coalescetest.Run(t, coalescetest.Bucket{
+		Open: func(t *testing.T) *manager.Manager {
+			m, b := openOn(t, c.client(t), "/coalesce", &Options{TTL: 2 * time.Second})
+			mu.Lock()
+			backends[m] = b
+			mu.Unlock()
+			return m
+		},
+		Cut: func(t *testing.T, m *manager.Manager) {
+			mu.Lock()
+			b := backends[m]
+			mu.Unlock()
+			revokeLease(t, ctxT(t, 10*time.Second), c, b)
+		},
+	})
+}
+
+// TestCoalesceRoundTrips counts what a flight asks of etcd. The leader of
+// a flight nobody joins: 3 round trips (the outcome read on arrival; the
+// flight lock taken with IfAvailable, reading the outcome in the same
+// transaction; the outcome published and the lock released in one
+// transaction), where concurrency.Mutex's Lock+Unlock makes 2. A follower
+// on another client makes no call while it waits (no polling), and learns
+// the outcome from the watch event of its publication.
+func TestCoalesceRoundTrips(t *testing.T) {
+	c := startCluster(t, 1)
+	ctx := ctxT(t, 30*time.Second)
+	cliA, cliB := c.client(t), c.client(t)
+	ca, cb := newCountKV(cliA), newCountKV(cliB)
+	ma, _ := openOn(t, cliA, "/trips", nil)
+	mb, _ := openOn(t, cliB, "/trips", nil)
+
+	ca.reset()
+	r, shared, err := coalesce.New(ma).Do(ctx, "k", func(context.Context) ([]byte, error) { return []byte("v1"), nil })
+	if err != nil || shared || string(r) != "v1" {
+		t.Fatalf("Do: %q shared=%v err=%v", r, shared, err)
+	}
+	if n := ca.trips(""); n != 3 {
+		t.Fatalf("the leader made %d round trips, want 3: %q", n, ca.calls)
+	}
+
+	started, gate := make(chan struct{}), make(chan struct{})
+	lead := coalescetest.DoAsync(ctx, ma, "k", func(context.Context) ([]byte, error) {
+		close(started)
+		<-gate
+		return []byte("v2"), nil
+	})
+	<-started
+	cb.reset()
+	follow := coalescetest.DoAsync(ctx, mb, "k", func(context.Context) ([]byte, error) { return nil, errors.New("ran") })
+	coalescetest.WaitPilots(t, ma, "k", 1)
+	before := cb.trips("")
+	time.Sleep(managertest.QuietPeriod)
+	if n := cb.trips("") - before; n != 0 {
+		t.Fatalf("the waiting follower made %d calls: %q", n, cb.calls)
+	}
+	close(gate)
+	if r := coalescetest.Recv(t, lead, "leader"); r.Err != nil || string(r.Res) != "v2" {
+		t.Fatalf("leader: %q %v", r.Res, r.Err)
+	}
+	if r := coalescetest.Recv(t, follow, "follower"); r.Err != nil || !r.Shared || string(r.Res) != "v2" {
+		t.Fatalf("follower: %q shared=%v err=%v", r.Res, r.Shared, r.Err)
+	}
+	if n := cb.eventsOn(storeDir); n < 1 {
+		t.Fatalf("the follower's client saw %d events of the record", n)
+	}
+}
+
+// TestCoalesceRequestTooLarge: a result within MaxResultSize that the
+// cluster refuses for its size (a --max-request-bytes below the default
+// 1.5 MiB) is ErrResultTooLarge for the leader and for a follower on
+// another client, as one over MaxResultSize is; nothing is cut.
+func TestCoalesceRequestTooLarge(t *testing.T) {
+	c := startCluster(t, 1, func(cfg *embed.Config) { cfg.MaxRequestBytes = 64 << 10 })
+	ctx := ctxT(t, 30*time.Second)
+	ma, _ := openOn(t, c.client(t), "/big", nil)
+	mb, _ := openOn(t, c.client(t), "/big", nil)
+	started, gate := make(chan struct{}), make(chan struct{})
+	lead := coalescetest.DoAsync(ctx, ma, "k", func(context.Context) ([]byte, error) {
+		close(started)
+		<-gate
+		return make([]byte, 100<<10), nil
+	})
+	<-started
+	follow := coalescetest.DoAsync(ctx, mb, "k", func(context.Context) ([]byte, error) { return nil, errors.New("ran") })
+	coalescetest.WaitPilots(t, ma, "k", 1)
+	close(gate)
+	for _, ch := range []<-chan coalescetest.Result{lead, follow} {
+		r := coalescetest.Recv(t, ch, "caller")
+		if !errors.Is(r.Err, coalesce.ErrResultTooLarge) || r.Res != nil {
+			t.Fatalf("%d bytes, err=%v, want ErrResultTooLarge", len(r.Res), r.Err)
+		}
+		if !strings.Contains(r.Err.Error(), "102400 bytes") {
+			t.Fatalf("the error does not say the size: %v", r.Err)
+		}
+	}
+	// The bucket works on: a small result is shared.
+	r, _, err := coalesce.New(mb).Do(ctx, "k", func(context.Context) ([]byte, error) { return []byte("small"), nil })
+	if err != nil || string(r) != "small" {
+		t.Fatalf("after: %q %v", r, err)
+	}
+}
