@@ -199,6 +199,9 @@ func testOneFlight(t *testing.T, b Bucket) {
 	if n := g.runs.Load(); n != 1 {
 		t.Fatalf("fn ran %d times, want 1", n)
 	}
+	if err := coalesce.New(ms[2]).Check(); err != nil {
+		t.Fatalf("Check of the outcome records: %v", err)
+	}
 	r, shared, err := coalesce.New(ms[1]).Do(ctx, key, func(context.Context) ([]byte, error) { return []byte("v2"), nil })
 	if err != nil || shared || string(r) != "v2" {
 		t.Fatalf("a caller after the flight: %q shared=%v err=%v, want its own run", r, shared, err)
