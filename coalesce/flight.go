@@ -242,13 +242,14 @@ func (f *flight) pilot() {
 	gr := &seam.GrantRead{Store: f.b.Store, Key: rk, Max: maxRecord(f.b.MaxNameLen)}
 	l, err := m.Acquire(seam.WithGrantRead(f.ctx, gr), lname, manager.RequestOptions{IfAvailable: true})
 	if errors.Is(err, manager.ErrNotAvailable) {
-		gr = nil
 		// While we wait, a store that can tell of a new outcome at once
-		// (etcd: a watch) hands it to our callers without the lock.
+		// (etcd: a watch, from the revision of our attempt) hands it to
+		// our callers without the lock.
 		if fw, ok := f.b.Store.(seam.Follower); ok {
 			f.setFollowing(true)
-			fw.Follow(f.ctx, rk, maxRecord(f.b.MaxNameLen), f.followed)
+			fw.Follow(f.ctx, rk, maxRecord(f.b.MaxNameLen), gr.Rev, f.followed)
 		}
+		gr = nil
 		l, err = m.Acquire(f.ctx, lname, manager.RequestOptions{})
 		f.setFollowing(false)
 	}

@@ -155,6 +155,9 @@ func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 		resp = (*clientv3.TxnResponse)(rr.Responses[0].GetResponseTxn())
 		resp.Header = rr.Header
 	}
+	if gr != nil {
+		gr.Rev = resp.Header.Revision
+	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("lock %q: %w", r.name, manager.ErrNotAvailable)
 	}

@@ -213,12 +213,15 @@ func (s *store) Range(max int, fn func(key string, rec []byte) error) error {
 // resumed from the next revision; one compacted away is restarted from
 // the current revision (the records in between are missed: the caller
 // learns of them otherwise, as seam.Follower allows).
-func (s *store) Follow(ctx context.Context, key string, max int, fn func(rec []byte)) {
+func (s *store) Follow(ctx context.Context, key string, max int, from int64, fn func(rec []byte)) {
 	if seam.CheckKey(key) != nil {
 		return
 	}
 	go func() {
-		var rev int64 // the revision to resume from; 0: the current one
+		rev := from + 1 // the revision to resume from; 0: the current one
+		if from <= 0 {
+			rev = 0
+		}
 		for ctx.Err() == nil && s.b.ctx.Err() == nil {
 			opts := []clientv3.OpOption{clientv3.WithFilterDelete()}
 			if rev != 0 {

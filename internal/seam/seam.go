@@ -129,11 +129,12 @@ type PublishReleaser interface {
 // Follower is implemented by a Store that can tell a waiting reader of a
 // new record without polling (etcd: a watch of the record's key). Follow
 // calls fn, from a goroutine of its own and one call at a time, with each
-// record put under key from about the call on, cut as by Load, until ctx
-// ends. It may miss records (a watch compacted away, or started after a
-// put): a caller uses it to learn early, never as its only way to learn.
+// record put under key after revision from (a GrantRead's Rev; 0: from
+// about the call on), cut as by Load, until ctx ends. It may miss records
+// (a watch compacted away): a caller uses it to learn early, never as its
+// only way to learn.
 type Follower interface {
-	Follow(ctx context.Context, key string, max int, fn func(rec []byte))
+	Follow(ctx context.Context, key string, max int, from int64, fn func(rec []byte))
 }
 
 // GrantRead asks the backend that grants a request made with a ctx that
@@ -149,6 +150,10 @@ type GrantRead struct {
 	// record (cut as by Load), nil when there was none.
 	Done bool
 	Rec  []byte
+	// Rev, when the backend has one, is the store's revision at the
+	// request's attempt, granted or not: a Follow from it misses nothing
+	// published after the attempt.
+	Rev int64
 }
 
 type grantReadKey struct{}
