@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"sync"
 
@@ -84,6 +85,9 @@ type member struct {
 	ctx  context.Context
 	fn   func(ctx context.Context) ([]byte, error)
 	gen0 gen // the outcome published when it arrived: never its outcome
+	// arriving: gen0 is still to be read, by the pilot's first attempt at
+	// the flight lock (mu); nothing is delivered to it before.
+	arriving bool
 
 	done   chan struct{} // closed when the fields below are set
 	res    []byte
@@ -108,11 +112,18 @@ func flightName(key string, maxName int) (string, error) {
 }
 
 // join adds mb to key's flight in m, starting one if none is in progress.
-func join(m *manager.Manager, b seam.Bucket, key string, mb *member) *flight {
+// With first, it only starts one: nil if a flight is in progress (the
+// caller reads the outcome in place, then joins); mb is then arriving, its
+// gen0 read by the pilot's first attempt (flight.arrived).
+func join(m *manager.Manager, b seam.Bucket, key string, mb *member, first bool) *flight {
 	mu.Lock()
 	defer mu.Unlock()
 	fk := flightKey{m, key}
 	f := flights[fk]
+	if f != nil && first {
+		return nil
+	}
+	mb.arriving = first
 	if f == nil {
 		ctx, cancel := context.WithCancel(seam.Reserved(context.Background()))
 		f = &flight{fk: fk, b: b, ctx: ctx, cancel: cancel}
@@ -241,6 +252,26 @@ func (f *flight) pilot() {
 	// grant, as a load after it would read.
 	gr := &seam.GrantRead{Store: f.b.Store, Key: rk, Max: maxRecord(f.b.MaxNameLen)}
 	l, err := m.Acquire(seam.WithGrantRead(f.ctx, gr), lname, manager.RequestOptions{IfAvailable: true})
+	var o *outcome // the outcome in place, once read
+	var rerr error
+	if err == nil || errors.Is(err, manager.ErrNotAvailable) {
+		// The outcome in place at our first attempt (read with it, or
+		// now): the arriving caller's gen0 and, if we hold the lock, the
+		// outcome to look at (nobody publishes while we hold it).
+		if gr.Done {
+			if rerr = fs.ErrNotExist; gr.Rec != nil {
+				o, rerr = parseRecord(gr.Rec, rk, f.b.MaxNameLen, key)
+			}
+		} else {
+			o, rerr = load(f.b, key)
+		}
+		if !f.arrived(o, rerr) {
+			if l != nil {
+				l.Release()
+			}
+			return
+		}
+	}
 	if errors.Is(err, manager.ErrNotAvailable) {
 		// While we wait, a store that can tell of a new outcome at once
 		// (etcd: a watch, from the revision of our attempt) hands it to
@@ -249,9 +280,11 @@ func (f *flight) pilot() {
 			f.setFollowing(true)
 			fw.Follow(f.ctx, rk, maxRecord(f.b.MaxNameLen), gr.Rev, f.followed)
 		}
-		gr = nil
 		l, err = m.Acquire(f.ctx, lname, manager.RequestOptions{})
 		f.setFollowing(false)
+		if err == nil {
+			o, rerr = load(f.b, key)
+		}
 	}
 	if err != nil {
 		f.finish(nil, fmt.Errorf("coalesce %q: %w", key, err))
@@ -261,15 +294,6 @@ func (f *flight) pilot() {
 	// queued behind, or one that ended between their arrival and our
 	// grant)? A corrupt or missing outcome is none: we lead, and our
 	// outcome replaces it.
-	var o *outcome
-	var rerr error
-	if gr != nil && gr.Done {
-		if gr.Rec != nil {
-			o, rerr = parseRecord(gr.Rec, rk, f.b.MaxNameLen, key)
-		}
-	} else {
-		o, rerr = load(f.b, key)
-	}
 	if rerr == nil && o != nil && !f.share(o, false) {
 		l.Release()
 		return
@@ -324,6 +348,40 @@ func (f *flight) pilot() {
 		f.finish(res, ferr)
 		return
 	}
+}
+
+// arrived sets the gen0 of the arriving callers of f to o, the outcome in
+// place at the pilot's first attempt (none: rerr), or, when it could not
+// be read, gives them the error. It reports whether any caller is left
+// (none: f is retired).
+func (f *flight) arrived(o *outcome, rerr error) bool {
+	var failed error
+	if rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && !errors.Is(rerr, manager.ErrCorrupt) {
+		failed = readErr(f.fk.key, rerr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	rest := f.waiting[:0]
+	for _, mb := range f.waiting {
+		if mb.arriving {
+			mb.arriving = false
+			if failed != nil {
+				f.deliver(mb, nil, failed, false)
+				continue
+			}
+			if o != nil {
+				mb.gen0 = o.gen()
+			}
+		}
+		rest = append(rest, mb)
+	}
+	clear(f.waiting[len(rest):])
+	f.waiting = rest
+	if len(rest) == 0 {
+		f.retire()
+		return false
+	}
+	return true
 }
 
 // setFollowing turns the delivery of outcomes learnt by Follow on or off

@@ -128,12 +128,15 @@ func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 	put := clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease()))
 	// A record the caller wants read with the grant (seam.GrantRead: a
 	// coalesce flight's outcome) is read in the same transaction.
+	// The record is read whether or not the request is granted (the
+	// record at the attempt is what the caller compares later ones with).
 	gr, grKey := r.b.grantRead(ctx)
-	ops := []clientv3.Op{put}
+	ops, els := []clientv3.Op{put}, []clientv3.Op(nil)
 	if gr != nil {
 		ops = append(ops, clientv3.OpGet(grKey))
+		els = append(els, clientv3.OpGet(grKey))
 	}
-	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(ops...).Else(els...).Commit()
 	if err != nil {
 		gr = nil // the retry below does not read it
 	}
@@ -156,18 +159,15 @@ func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 		resp.Header = rr.Header
 	}
 	if gr != nil {
-		gr.Rev = resp.Header.Revision
+		gr.Rev, gr.Done, gr.Rec = resp.Header.Revision, true, nil
+		if kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			gr.Rec = cut(kvs[0].Value, gr.Max)
+		}
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("lock %q: %w", r.name, manager.ErrNotAvailable)
 	}
 	r.createRev = resp.Header.Revision
-	if gr != nil {
-		gr.Done, gr.Rec = true, nil
-		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
-			gr.Rec = cut(kvs[0].Value, gr.Max)
-		}
-	}
 	return r.createRev, nil
 }
 

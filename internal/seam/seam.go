@@ -137,16 +137,17 @@ type Follower interface {
 	Follow(ctx context.Context, key string, max int, from int64, fn func(rec []byte))
 }
 
-// GrantRead asks the backend that grants a request made with a ctx that
+// GrantRead asks the backend that takes a request made with a ctx that
 // carries it (WithGrantRead) to read a record of one of its own stores in
-// the step that grants the request (etcd: the granting transaction), so
-// that the record is the one in place at the grant. A backend that cannot
+// the step that grants the request or finds it not grantable (etcd: the
+// transaction of an IfAvailable request), so that the record is the one in
+// place at that attempt (at the grant, if granted). A backend that cannot
 // leaves Done false and the caller loads the record itself.
 type GrantRead struct {
 	Store Store
 	Key   string
 	Max   int
-	// Set by the backend when the grant read the record: Rec is the
+	// Set by the backend when its attempt read the record: Rec is the
 	// record (cut as by Load), nil when there was none.
 	Done bool
 	Rec  []byte

@@ -200,7 +200,7 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer c.stop()
-		*endpoints = strings.Join(c.endpoints(), ",")
+		*endpoints = strings.Join(c.Endpoints(), ",")
 		if len(kinds) > 0 {
 			faults = &faultRunner{c: c, kinds: kinds, every: *faultEvery, down: *faultDown, until: time.Now().Add(cfg.Duration)}
 		}
