@@ -20,11 +20,16 @@ import (
 // one of them while it leads. Across processes, a flight is an exclusive
 // hold of the key's flight lock (a reserved lock name, flightName):
 //
-//	pilot ─▶ flight lock (IfAvailable, else queue) ─▶ granted:
+//	pilot ─▶ flight lock (IfAvailable, reading the outcome in place: the
+//	         starting caller's arrival; else queue, following the store) ─▶
+//	         granted:
 //	           outcome published since a caller arrived? ─▶ it gets it
 //	           callers left (nothing new for them: the leader died or
 //	           gave up, or they came after its outcome) ─▶ lead:
 //	             run a caller's fn ─▶ publish (store, fenced by the lock) ─▶ release
+//
+// A store that follows its records (seam.Follower: etcd's watch) hands a
+// new outcome to the callers of a queued pilot without the lock.
 //
 // Only the holder of the flight lock publishes the key's outcome, with the
 // flight lock's fencing token in it. A follower accepts only an outcome
@@ -247,9 +252,9 @@ func (f *flight) pilot() {
 	m, key := f.fk.m, f.fk.key
 	lname, _ := flightName(key, f.b.MaxNameLen) // checked by DoWithin
 	rk := recordKey(key)
-	// A backend may read the outcome in the step that grants the lock
-	// (etcd: the same transaction): that is the outcome in place at the
-	// grant, as a load after it would read.
+	// A backend may read the outcome in the step of our first attempt at
+	// the lock, granted or not (etcd: the same transaction): the outcome
+	// in place then, as a load right after it would read while we hold.
 	gr := &seam.GrantRead{Store: f.b.Store, Key: rk, Max: maxRecord(f.b.MaxNameLen)}
 	l, err := m.Acquire(seam.WithGrantRead(f.ctx, gr), lname, manager.RequestOptions{IfAvailable: true})
 	var o *outcome // the outcome in place, once read
