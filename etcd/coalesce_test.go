@@ -126,3 +126,48 @@ func TestCoalesceRequestTooLarge(t *testing.T) {
 		t.Fatalf("after: %q %v", r, err)
 	}
 }
+
+// TestCoalesceLeaderCutOff: the leader's client is cut off by a proxy while
+// its fn runs, until its lease (1 s) expires on the cluster: the waiting
+// caller of the next Manager leads and the third Manager's callers get its
+// whole result. When the leader's client is back and its fn returns, its
+// late outcome is refused (DoWithin still finds the new leader's).
+func TestCoalesceLeaderCutOff(t *testing.T) {
+	c := startCluster(t, 1)
+	ctx := ctxT(t, 30*time.Second)
+	p := newProxy(t, c.endpoints()[0])
+	ma, _ := openOn(t, clientOf(t, p.addr()), "/cutoff", &Options{TTL: time.Second, CallTimeout: time.Second})
+	mb, _ := openOn(t, c.client(t), "/cutoff", nil)
+	md, _ := openOn(t, c.client(t), "/cutoff", nil)
+	started, gate := make(chan struct{}), make(chan struct{})
+	lead := coalescetest.DoAsync(ctx, ma, "k", func(context.Context) ([]byte, error) {
+		close(started)
+		<-gate
+		return []byte("stale"), nil
+	})
+	<-started
+	next := coalescetest.DoAsync(ctx, mb, "k", func(context.Context) ([]byte, error) { return []byte("second"), nil })
+	coalescetest.WaitPilots(t, mb, "k", 1)
+	var others []<-chan coalescetest.Result
+	for i := 0; i < 3; i++ {
+		others = append(others, coalescetest.DoAsync(ctx, md, "k", func(context.Context) ([]byte, error) { return nil, errors.New("ran") }))
+	}
+	coalescetest.WaitMembers(t, md, "k", 3)
+	coalescetest.WaitPilots(t, mb, "k", 2)
+	p.setCut(true)
+	if r := coalescetest.Recv(t, next, "next"); r.Err != nil || r.Shared || string(r.Res) != "second" {
+		t.Fatalf("the next Manager's caller: %q shared=%v err=%v, want to lead", r.Res, r.Shared, r.Err)
+	}
+	for _, ch := range others {
+		if r := coalescetest.Recv(t, ch, "other"); r.Err != nil || !r.Shared || string(r.Res) != "second" {
+			t.Fatalf("a third Manager's caller: %q shared=%v err=%v, want the new leader's whole result", r.Res, r.Shared, r.Err)
+		}
+	}
+	p.setCut(false)
+	close(gate)
+	coalescetest.Recv(t, lead, "the cut-off leader")
+	r, shared, err := coalesce.New(md).DoWithin(ctx, "k", time.Hour, func(context.Context) ([]byte, error) { return nil, errors.New("ran") })
+	if err != nil || !shared || string(r) != "second" {
+		t.Fatalf("DoWithin after the cut-off leader returned: %q shared=%v err=%v", r, shared, err)
+	}
+}
