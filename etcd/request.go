@@ -126,10 +126,9 @@ func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(r.base+"s/").WithPrefix(), "=", 0))
 	}
 	put := clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease()))
-	// A record the caller wants read with the grant (seam.GrantRead: a
-	// coalesce flight's outcome) is read in the same transaction.
-	// The record is read whether or not the request is granted (the
-	// record at the attempt is what the caller compares later ones with).
+	// A record the caller wants read with the attempt (seam.GrantRead: a
+	// coalesce flight's outcome) is read in the same transaction, granted
+	// or not (the caller compares later records with it).
 	gr, grKey := r.b.grantRead(ctx)
 	ops, els := []clientv3.Op{put}, []clientv3.Op(nil)
 	if gr != nil {
