@@ -75,10 +75,13 @@ func TestCoalesceRoundTrips(t *testing.T) {
 	cb.reset()
 	follow := coalescetest.DoAsync(ctx, mb, "k", func(context.Context) ([]byte, error) { return nil, errors.New("ran") })
 	coalescetest.WaitPilots(t, ma, "k", 1)
-	before := cb.trips("")
+	// While it waits it makes no call, but for at most one read of the
+	// record when its watch starts (Follow's gap read), which may fall
+	// in this period.
+	before, beforeRec := cb.trips(""), cb.trips(storeDir)
 	time.Sleep(managertest.QuietPeriod)
-	if n := cb.trips("") - before; n != 0 {
-		t.Fatalf("the waiting follower made %d calls: %q", n, cb.calls)
+	if n, nr := cb.trips("")-before, cb.trips(storeDir)-beforeRec; n-nr != 0 || nr > 1 {
+		t.Fatalf("the waiting follower made %d calls (%d reads of the record): %q", n, nr, cb.calls)
 	}
 	close(gate)
 	if r := coalescetest.Recv(t, lead, "leader"); r.Err != nil || string(r.Res) != "v2" {

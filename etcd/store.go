@@ -209,21 +209,26 @@ func (s *store) Range(max int, fn func(key string, rec []byte) error) error {
 
 // Follow implements seam.Follower with a watch of the record's key: each
 // put's event carries the whole record, so a follower learns the outcome
-// of a flight from one event, without a read. A watch that breaks is
-// resumed from the next revision; one compacted away is restarted from
-// the current revision (the records in between are missed: the caller
-// learns of them otherwise, as seam.Follower allows).
+// of a flight from one event, without a read.
+//
+// The watch starts at the current revision, not at from+1: etcd serves a
+// watch that starts at a revision already written from its "unsynced"
+// group, which it catches up only every 100 ms, and the follower's own
+// enqueue comes after from. When the watch's first revision is above
+// from+1, the record is read once, and given to fn if it was put after
+// from. A watch that breaks is resumed from the next revision; one
+// compacted away is restarted at the current revision (the records in
+// between are missed: the caller learns of them otherwise, as
+// seam.Follower allows).
 func (s *store) Follow(ctx context.Context, key string, max int, from int64, fn func(rec []byte)) {
 	if seam.CheckKey(key) != nil {
 		return
 	}
 	go func() {
-		rev := from + 1 // the revision to resume from; 0: the current one
-		if from <= 0 {
-			rev = 0
-		}
+		var rev int64 // the revision to resume from; 0: the current one
+		gap := from > 0
 		for ctx.Err() == nil && s.b.ctx.Err() == nil {
-			opts := []clientv3.OpOption{clientv3.WithFilterDelete()}
+			opts := []clientv3.OpOption{clientv3.WithFilterDelete(), clientv3.WithCreatedNotify()}
 			if rev != 0 {
 				opts = append(opts, clientv3.WithRev(rev))
 			}
@@ -235,6 +240,13 @@ func (s *store) Follow(ctx context.Context, key string, max int, from int64, fn 
 				}
 				if wr.Err() != nil || wr.Canceled {
 					break
+				}
+				if wr.Created {
+					if gap && wr.Header.Revision > from {
+						s.readGap(ctx, key, max, from, fn)
+					}
+					gap = false
+					continue
 				}
 				for _, ev := range wr.Events {
 					if ev.Type == clientv3.EventTypePut {
@@ -251,6 +263,15 @@ func (s *store) Follow(ctx context.Context, key string, max int, from int64, fn 
 			}
 		}
 	}()
+}
+
+// readGap gives fn the record under key if it was put after revision from
+// (Follow's watch started later).
+func (s *store) readGap(ctx context.Context, key string, max int, from int64, fn func(rec []byte)) {
+	g, err := s.b.cli.Get(ctx, s.path(key))
+	if err == nil && len(g.Kvs) == 1 && g.Kvs[0].ModRevision > from {
+		fn(cut(g.Kvs[0].Value, max))
+	}
 }
 
 // grantRead returns the key of the record that ctx asks the grant's
