@@ -160,6 +160,20 @@ func (c *memClient) Close() error {
 	return nil
 }
 
+// cut takes every grant of c away, as the end of a session does: their
+// Lost channels close and the next waiters are granted; c stays usable.
+func (c *memClient) cut() {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	for _, n := range c.b.names {
+		if n.holder != nil && n.holder.c == c {
+			close(n.holder.lost)
+			n.holder = nil
+			c.b.grantNext(n)
+		}
+	}
+}
+
 // Store makes memClient a seam.StoreProvider.
 func (c *memClient) Store(feature string) (seam.Store, error) {
 	return memStore{b: c.b, prefix: feature + "/"}, nil

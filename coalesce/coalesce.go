@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	"github.com/shmlocks/shmlocks/internal/seam"
@@ -92,13 +93,25 @@ func (g *Group) DoWithin(ctx context.Context, key string, maxAge time.Duration,
 		return nil, false, fmt.Errorf("%w: coalesce %q called from its own flight's fn", manager.ErrWouldDeadlock, key)
 	}
 	mb := &member{m: m, key: key, ctx: ctx, fn: fn, done: make(chan struct{})}
-	if o, err := load(b, key); err == nil && o != nil {
-		if maxAge > 0 && o.fresh(maxAge, time.Now()) {
-			return o.data, true, nil
-		}
-		mb.gen0 = o.gen()
+	var f *flight
+	if maxAge == 0 {
+		// A caller that starts its Manager's flight lets the pilot read
+		// the outcome in place, in its first attempt at the flight lock
+		// (a backend may read it in the same step): one read fewer.
+		f = join(m, b, key, mb, true)
 	}
-	f := join(m, b, key, mb)
+	if f == nil {
+		switch o, err := load(b, key); {
+		case err == nil && o != nil:
+			if maxAge > 0 && o.fresh(maxAge, time.Now()) {
+				return o.data, true, nil
+			}
+			mb.gen0 = o.gen()
+		case err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, manager.ErrCorrupt):
+			return nil, false, readErr(key, err)
+		}
+		f = join(m, b, key, mb, false)
+	}
 	select {
 	case <-mb.done:
 		return mb.outcome()
@@ -151,6 +164,13 @@ func load(b seam.Bucket, key string) (*outcome, error) {
 	return parseRecord(rec, rk, b.MaxNameLen, key)
 }
 
+// readErr is the error of a caller whose read of the outcome in place
+// failed (not "none", not corrupt: a backend's store got no answer):
+// without knowing it, the caller could not tell a later outcome from it.
+func readErr(key string, err error) error {
+	return fmt.Errorf("coalesce %q: read the outcome: %w", key, err)
+}
+
 // publish writes the outcome of the flight on key whose lock is l; the
 // store writes it only while l is held (seam.Store.Publish).
 func publish(b seam.Bucket, l *manager.Lock, key string, res []byte, ferr error) error {
@@ -165,7 +185,13 @@ func publish(b seam.Bucket, l *manager.Lock, key string, res []byte, ferr error)
 		}
 	}
 	o.at = time.Now().UnixNano()
-	if err := b.Store.Publish(l, recordKey(key), encodeRecord(o)); err != nil {
+	// A store that can release the lock in the same step (etcd: one
+	// transaction) does: l's Release then costs nothing.
+	put := b.Store.Publish
+	if pr, ok := b.Store.(seam.PublishReleaser); ok {
+		put = pr.PublishRelease
+	}
+	if err := put(l, recordKey(key), encodeRecord(o)); err != nil {
 		return fmt.Errorf("coalesce %q: publish: %w", key, err)
 	}
 	seam.Crash("coalesce.renamed")

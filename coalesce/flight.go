@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"sync"
 
+	"github.com/shmlocks/shmlocks/coalesce/internal/members"
 	"github.com/shmlocks/shmlocks/internal/seam"
 	"github.com/shmlocks/shmlocks/manager"
 )
@@ -18,11 +20,16 @@ import (
 // one of them while it leads. Across processes, a flight is an exclusive
 // hold of the key's flight lock (a reserved lock name, flightName):
 //
-//	pilot ─▶ flight lock (IfAvailable, else queue) ─▶ granted:
+//	pilot ─▶ flight lock (IfAvailable, reading the outcome in place: the
+//	         starting caller's arrival; else queue, following the store) ─▶
+//	         granted:
 //	           outcome published since a caller arrived? ─▶ it gets it
 //	           callers left (nothing new for them: the leader died or
 //	           gave up, or they came after its outcome) ─▶ lead:
 //	             run a caller's fn ─▶ publish (store, fenced by the lock) ─▶ release
+//
+// A store that follows its records (seam.Follower: etcd's watch) hands a
+// new outcome to the callers of a queued pilot without the lock.
 //
 // Only the holder of the flight lock publishes the key's outcome, with the
 // flight lock's fencing token in it. A follower accepts only an outcome
@@ -36,6 +43,19 @@ var crashPoints = []string{
 	"coalesce.ran",     // fn returned, nothing written
 	"coalesce.written", // outcome written aside (the table's store: a temporary file), not published
 	"coalesce.renamed", // outcome published, flight lock not yet released
+}
+
+func init() { members.Register(flightMembers) }
+
+// flightMembers is the number of callers waiting in m's flight on key (the
+// test kit's view, coalesce/internal/members).
+func flightMembers(m *manager.Manager, key string) int {
+	mu.Lock()
+	defer mu.Unlock()
+	if f := flights[flightKey{m, key}]; f != nil {
+		return len(f.waiting)
+	}
+	return 0
 }
 
 // flightKey names the flight of one Manager on one key.
@@ -58,8 +78,9 @@ type flight struct {
 	cancel context.CancelFunc
 
 	// mu:
-	waiting []*member // callers without an outcome, in arrival order (the next to run fn first)
-	live    int       // callers not yet returned
+	waiting   []*member // callers without an outcome, in arrival order (the next to run fn first)
+	live      int       // callers not yet returned
+	following bool      // the pilot waits for the lock and Follow may deliver
 }
 
 // member is one caller of Do in a flight.
@@ -69,6 +90,9 @@ type member struct {
 	ctx  context.Context
 	fn   func(ctx context.Context) ([]byte, error)
 	gen0 gen // the outcome published when it arrived: never its outcome
+	// arriving: gen0 is still to be read, by the pilot's first attempt at
+	// the flight lock (mu); nothing is delivered to it before.
+	arriving bool
 
 	done   chan struct{} // closed when the fields below are set
 	res    []byte
@@ -93,11 +117,18 @@ func flightName(key string, maxName int) (string, error) {
 }
 
 // join adds mb to key's flight in m, starting one if none is in progress.
-func join(m *manager.Manager, b seam.Bucket, key string, mb *member) *flight {
+// With first, it only starts one: nil if a flight is in progress (the
+// caller reads the outcome in place, then joins); mb is then arriving, its
+// gen0 read by the pilot's first attempt (flight.arrived).
+func join(m *manager.Manager, b seam.Bucket, key string, mb *member, first bool) *flight {
 	mu.Lock()
 	defer mu.Unlock()
 	fk := flightKey{m, key}
 	f := flights[fk]
+	if f != nil && first {
+		return nil
+	}
+	mb.arriving = first
 	if f == nil {
 		ctx, cancel := context.WithCancel(seam.Reserved(context.Background()))
 		f = &flight{fk: fk, b: b, ctx: ctx, cancel: cancel}
@@ -170,13 +201,20 @@ func (f *flight) finish(res []byte, err error) {
 // callers of f that arrived before it was published, and reports whether
 // any caller is left (one that arrived later: o is too old for it). With
 // none left, f is retired.
-func (f *flight) share(o *outcome) bool {
+//
+// followed says that o was learnt while waiting for the flight lock, not
+// read under it: o need not be the latest outcome then, so it goes only to
+// callers that saw an older one (or none) on arrival.
+func (f *flight) share(o *outcome, followed bool) bool {
 	res, err := o.result()
 	mu.Lock()
 	defer mu.Unlock()
+	if followed && !f.following {
+		return true // the pilot holds the lock now: it decides
+	}
 	rest := f.waiting[:0]
 	for _, mb := range f.waiting {
-		if mb.gen0 == o.gen() {
+		if mb.gen0 == o.gen() || followed && mb.gen0.ok && o.token <= mb.gen0.token {
 			rest = append(rest, mb) // arrived after o was published
 			continue
 		}
@@ -213,9 +251,45 @@ func (f *flight) pilot() {
 	defer f.cancel()
 	m, key := f.fk.m, f.fk.key
 	lname, _ := flightName(key, f.b.MaxNameLen) // checked by DoWithin
-	l, err := m.Acquire(f.ctx, lname, manager.RequestOptions{IfAvailable: true})
+	rk := recordKey(key)
+	// A backend may read the outcome in the step of our first attempt at
+	// the lock, granted or not (etcd: the same transaction): the outcome
+	// in place then, as a load right after it would read while we hold.
+	gr := &seam.GrantRead{Store: f.b.Store, Key: rk, Max: maxRecord(f.b.MaxNameLen)}
+	l, err := m.Acquire(seam.WithGrantRead(f.ctx, gr), lname, manager.RequestOptions{IfAvailable: true})
+	var o *outcome // the outcome in place, once read
+	var rerr error
+	if err == nil || errors.Is(err, manager.ErrNotAvailable) {
+		// The outcome in place at our first attempt (read with it, or
+		// now): the arriving caller's gen0 and, if we hold the lock, the
+		// outcome to look at (nobody publishes while we hold it).
+		if gr.Done {
+			if rerr = fs.ErrNotExist; gr.Rec != nil {
+				o, rerr = parseRecord(gr.Rec, rk, f.b.MaxNameLen, key)
+			}
+		} else {
+			o, rerr = load(f.b, key)
+		}
+		if !f.arrived(o, rerr) {
+			if l != nil {
+				l.Release()
+			}
+			return
+		}
+	}
 	if errors.Is(err, manager.ErrNotAvailable) {
+		// While we wait, a store that can tell of a new outcome at once
+		// (etcd: a watch, from the revision of our attempt) hands it to
+		// our callers without the lock.
+		if fw, ok := f.b.Store.(seam.Follower); ok {
+			f.setFollowing(true)
+			fw.Follow(f.ctx, rk, maxRecord(f.b.MaxNameLen), gr.Rev, f.followed)
+		}
 		l, err = m.Acquire(f.ctx, lname, manager.RequestOptions{})
+		f.setFollowing(false)
+		if err == nil {
+			o, rerr = load(f.b, key)
+		}
 	}
 	if err != nil {
 		f.finish(nil, fmt.Errorf("coalesce %q: %w", key, err))
@@ -225,7 +299,7 @@ func (f *flight) pilot() {
 	// queued behind, or one that ended between their arrival and our
 	// grant)? A corrupt or missing outcome is none: we lead, and our
 	// outcome replaces it.
-	if o, rerr := load(f.b, key); rerr == nil && o != nil && !f.share(o) {
+	if rerr == nil && o != nil && !f.share(o, false) {
 		l.Release()
 		return
 	}
@@ -262,8 +336,15 @@ func (f *flight) pilot() {
 		mu.Unlock()
 		// A failed publish (the store not writable, the Manager closing)
 		// costs sharing, not correctness: our callers get the outcome,
-		// and a follower elsewhere finds nothing new and leads.
-		_ = publish(f.b, l, key, res, ferr)
+		// and a follower elsewhere finds nothing new and leads. A result
+		// the store refuses for its size (etcd's request limit) is
+		// ErrResultTooLarge, published as such, as one over MaxResultSize.
+		perr := publish(f.b, l, key, res, ferr)
+		if errors.Is(perr, seam.ErrRecordTooLarge) && ferr == nil {
+			ferr = fmt.Errorf("%w: coalesce %q: %d bytes, more than the bucket's store takes (%v)", ErrResultTooLarge, key, len(res), perr)
+			res = nil
+			_ = publish(f.b, l, key, res, ferr)
+		}
 		l.Release()
 		mu.Lock()
 		mb.panic = pv
@@ -271,6 +352,64 @@ func (f *flight) pilot() {
 		mu.Unlock()
 		f.finish(res, ferr)
 		return
+	}
+}
+
+// arrived sets the gen0 of the arriving callers of f to o, the outcome in
+// place at the pilot's first attempt (none: rerr), or, when it could not
+// be read, gives them the error. It reports whether any caller is left
+// (none: f is retired).
+func (f *flight) arrived(o *outcome, rerr error) bool {
+	var failed error
+	if rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && !errors.Is(rerr, manager.ErrCorrupt) {
+		failed = readErr(f.fk.key, rerr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	rest := f.waiting[:0]
+	for _, mb := range f.waiting {
+		if mb.arriving {
+			mb.arriving = false
+			if failed != nil {
+				f.deliver(mb, nil, failed, false)
+				continue
+			}
+			if o != nil {
+				mb.gen0 = o.gen()
+			}
+		}
+		rest = append(rest, mb)
+	}
+	clear(f.waiting[len(rest):])
+	f.waiting = rest
+	if len(rest) == 0 {
+		f.retire()
+		return false
+	}
+	return true
+}
+
+// setFollowing turns the delivery of outcomes learnt by Follow on or off
+// (off once the pilot holds the lock: then it alone decides, and its own
+// publish must not reach its callers as another's).
+func (f *flight) setFollowing(on bool) {
+	mu.Lock()
+	f.following = on
+	mu.Unlock()
+}
+
+// followed is Follow's callback: a record just published under the key's
+// store key. Callers that arrived before it was published get it (its
+// token is above the one of the outcome they saw on arrival: tokens of
+// the flight lock increase with each hold); with none left, the pilot
+// leaves the queue.
+func (f *flight) followed(rec []byte) {
+	o, err := parseRecord(rec, recordKey(f.fk.key), f.b.MaxNameLen, f.fk.key)
+	if err != nil || o == nil {
+		return // not an outcome of our key: the lock path finds what there is
+	}
+	if !f.share(o, true) {
+		f.cancel() // nobody left: give up our place in the queue
 	}
 }
 

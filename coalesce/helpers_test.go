@@ -31,16 +31,6 @@ func checkAll(t testing.TB, m *manager.Manager) {
 	require.NoError(t, New(m).Check())
 }
 
-// flightMembers is the number of callers waiting in m's flight on key.
-func flightMembers(m *manager.Manager, key string) int {
-	mu.Lock()
-	defer mu.Unlock()
-	if f := flights[flightKey{m, key}]; f != nil {
-		return len(f.waiting)
-	}
-	return 0
-}
-
 // waitMembers waits (bounded) until n callers wait in m's flight on key.
 func waitMembers(t testing.TB, m *manager.Manager, key string, n int) {
 	t.Helper()

@@ -2,181 +2,63 @@ package etcd
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"net/url"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/shmlocks/shmlocks/etcd/internal/embedcluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
-// cluster is an embedded etcd cluster on loopback, its data in t.TempDir.
+// cluster is an embedded etcd cluster on loopback, its data in t.TempDir
+// (internal/embedcluster, shared with shmlocks-etcd stress --embedded).
 type cluster struct {
-	t       testing.TB
-	cfgs    []*embed.Config
-	mu      sync.Mutex
-	members []*embed.Etcd // nil: stopped (mu)
-}
-
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(t testing.TB, n int) []int {
-	var ls []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
+	*embedcluster.Cluster
+	t testing.TB
 }
 
 // startCluster starts n members with short heartbeats (10 ms ticks, 100 ms
-// elections: leases of 1 s are allowed) and waits for a leader.
-func startCluster(t testing.TB, n int) *cluster {
+// elections: leases of 1 s are allowed) and waits for a leader; each of
+// tune may change every member's config first.
+func startCluster(t testing.TB, n int, tune ...func(*embed.Config)) *cluster {
 	t.Helper()
-	ports := freePorts(t, 2*n)
-	c := &cluster{t: t}
-	var initial []string
-	for i := 0; i < n; i++ {
-		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[2*i+1]))
-	}
-	dir := t.TempDir()
-	for i := 0; i < n; i++ {
-		cfg := embed.NewConfig()
-		cfg.Name = fmt.Sprintf("m%d", i)
-		cfg.Dir = fmt.Sprintf("%s/m%d", dir, i)
-		cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]))
-		pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]))
-		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-		cfg.InitialCluster = strings.Join(initial, ",")
-		cfg.InitialClusterToken = "shmlocks-test"
-		cfg.TickMs, cfg.ElectionMs = 10, 100
-		cfg.UnsafeNoFsync = true
-		cfg.LogLevel = "error"
-		cfg.LogOutputs = []string{"stderr"}
-		c.cfgs = append(c.cfgs, cfg)
-	}
-	c.members = make([]*embed.Etcd, n)
-	errs := make(chan error, n)
-	for i := range c.cfgs {
-		go func(i int) { errs <- c.start(i) }(i)
-	}
-	for i := 0; i < n; i++ {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+	o := embedcluster.Options{Token: "shmlocks-test"}
+	if len(tune) > 0 {
+		o.Tune = func(cfg *embed.Config) {
+			for _, f := range tune {
+				f(cfg)
+			}
 		}
 	}
-	t.Cleanup(c.stopAll)
-	c.waitLeader()
-	return c
-}
-
-// start starts (or restarts) member i and waits until it serves.
-func (c *cluster) start(i int) error {
-	var e *embed.Etcd
-	var err error
-	for try := 0; try < 50; try++ { // a restart may find its port still in use for a moment
-		if e, err = embed.StartEtcd(c.cfgs[i]); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	ec, err := embedcluster.Start(t.TempDir(), n, o)
 	if err != nil {
-		return fmt.Errorf("start member %d: %w", i, err)
+		t.Fatal(err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return fmt.Errorf("member %d not ready in 30s", i)
-	}
-	c.mu.Lock()
-	c.members[i] = e
-	c.mu.Unlock()
-	return nil
+	t.Cleanup(ec.Close)
+	return &cluster{Cluster: ec, t: t}
 }
 
-func (c *cluster) member(i int) *embed.Etcd {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.members[i]
-}
+// start restarts member i and waits until it serves.
+func (c *cluster) start(i int) error { return c.Restart(i) }
 
-func (c *cluster) take(i int) *embed.Etcd {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e := c.members[i]
-	c.members[i] = nil
-	return e
-}
+// take marks member i down and returns it (the caller stops it).
+func (c *cluster) take(i int) *embed.Etcd { return c.Take(i) }
 
-func (c *cluster) stop(i int) {
-	if e := c.take(i); e != nil {
-		e.Close()
-	}
-}
-
-// hardStop kills member i: raft stops at once (no leadership transfer, as
-// Close's graceful stop does), then its listeners and connections go.
-func (c *cluster) hardStop(i int) {
-	if e := c.take(i); e != nil {
-		e.Server.HardStop()
-		e.Close()
-	}
-}
-
-func (c *cluster) stopAll() {
-	for i := range c.members {
-		c.stop(i)
-	}
-}
+// stop stops member i gracefully.
+func (c *cluster) stop(i int) { c.Stop(i) }
 
 // endpoints returns the client URLs of every member.
-func (c *cluster) endpoints() []string {
-	var eps []string
-	for _, cfg := range c.cfgs {
-		eps = append(eps, cfg.AdvertiseClientUrls[0].String())
-	}
-	return eps
-}
-
-// leader returns the index of the current leader (-1: none seen).
-func (c *cluster) leader() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, e := range c.members {
-		if e != nil && e.Server.Leader() != 0 && e.Server.Leader() == e.Server.MemberID() {
-			return i
-		}
-	}
-	return -1
-}
+func (c *cluster) endpoints() []string { return c.MemberEndpoints() }
 
 // waitLeader waits (bounded) until a running member is the leader.
 func (c *cluster) waitLeader() int {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if i := c.leader(); i >= 0 {
-			return i
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatal("no leader within 30s")
-		}
-		time.Sleep(5 * time.Millisecond)
+	i := c.WaitLeader(30 * time.Second)
+	if i < 0 {
+		c.t.Fatal("no leader within 30s")
 	}
+	return i
 }
 
 // client returns a client of every member, closed at cleanup.

@@ -217,7 +217,7 @@ type graphRead struct {
 // its client id, Since a waiting request's create revision (the victim
 // rule's order), Tag a hold's link to the waiting request of its task.
 func (b *backend) readGraph(ctx context.Context) (*graphRead, error) {
-	g, err := b.cli.Get(ctx, b.prefix, clientv3.WithPrefix())
+	g, err := b.readNames(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/shmlocks/shmlocks/manager"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Key layout under prefix P (P ends with no '/'; e is the escaped name):
@@ -21,6 +23,8 @@ import (
 //	                    token above it (no lease: it outlives its writers)
 //	P/!a/<client>       a Manager's agent key (value: meta), on its lease: it
 //	                    goes in the same revision as the lease's request keys
+//	P/!r/<feature>/<k>  a record of a feature's store (coalesce: a flight's
+//	                    outcome), no lease (store.go)
 //
 // No escaped name starts with '!', so P/!a/ never holds a name's keys.
 //
@@ -32,6 +36,14 @@ import (
 
 // agentDir is the directory of the agent keys under the prefix.
 const agentDir = "!a/"
+
+// readNames reads every name's keys under the prefix, in one revision: every
+// escaped name starts with one of [%-.0-9A-Z_a-z~], all above '!', so the
+// range from P/% to the prefix's end leaves out the package's own
+// directories (P/!a/, and P/!r/ whose records may be a MiB each).
+func (b *backend) readNames(ctx context.Context) (*clientv3.GetResponse, error) {
+	return b.cli.Get(ctx, b.prefix+"%", clientv3.WithRange(clientv3.GetPrefixRangeEnd(b.prefix)))
+}
 
 // reserved reports whether the first key component e (after the prefix) is
 // not an escaped name but one of the package's own directories.

@@ -58,11 +58,19 @@ func (b *backend) WaitUnlocked(ctx context.Context, name string, mode manager.Mo
 	if err != nil {
 		return b.obsErr(ctx, "wait for lock", name, err)
 	}
-	defer w.remove()
 	if st, err := f.state(); err != nil || unlocked(st, mode) {
+		w.remove()
 		return wrapName("wait for lock", name, err)
 	}
 	err = f.follow(ctx, w.sess, func(st nameState) bool { return unlocked(st, mode) })
+	if err == nil {
+		// Woken: return at once, and let the watcher key go in the
+		// background (a round trip that would delay every wake-up;
+		// NameState.Watchers counts this call that much longer).
+		go w.remove()
+		return nil
+	}
+	w.remove()
 	return b.obsErr(ctx, "wait for lock", name, err)
 }
 

@@ -125,10 +125,11 @@ func TestWaitUnlockedOnEtcd(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("WaitUnlocked not woken by the release")
 	}
+	// Its watcher key goes in the background, after it returned.
+	waitState(t, ctx, a, "n", func(st manager.NameState) bool { return st.Watchers == 0 })
 	if n := fkv.reads.Load() - reads; n != 1 { // the deletion of its watcher key
 		t.Fatalf("%d calls after the wake-up, want 1", n)
 	}
-	waitState(t, ctx, a, "n", func(st manager.NameState) bool { return st.Watchers == 0 })
 
 	// ctx ends the wait; the lease's end too.
 	h, err = a.Acquire(ctx, "n", manager.RequestOptions{})

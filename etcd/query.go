@@ -8,7 +8,6 @@ import (
 
 	"github.com/shmlocks/shmlocks/manager"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Query implements manager.Backend: one read of the whole prefix (one
@@ -17,7 +16,7 @@ import (
 // order.
 func (b *backend) Query(ctx context.Context) (manager.Snapshot, error) {
 	snap := manager.Snapshot{Held: []manager.LockInfo{}, Pending: []manager.LockInfo{}}
-	g, err := b.cli.Get(ctx, b.prefix, clientv3.WithPrefix())
+	g, err := b.readNames(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return snap, fmt.Errorf("%w: %w", manager.ErrAborted, ctx.Err())

@@ -72,7 +72,7 @@ func (r *request) release() error {
 		resp, err := r.releaseTxn()
 		switch {
 		case err == nil:
-			r.finishRelease(op, r.settle(resp, false), true)
+			r.finishRelease(op, r.settle(resp, r.mayHaveDeleted()), true)
 			return op.err
 		case permanent(err):
 			r.abandonRelease(op, err)
@@ -89,6 +89,36 @@ func (r *request) release() error {
 		return fmt.Errorf("etcd: release not settled in %v (etcd unreachable); it goes on in the background "+
 			"until the key is gone or the lease ends", r.b.releaseWait())
 	}
+}
+
+// releasedBy settles the release of r as done by a transaction of ours that
+// deleted its key (a store's PublishRelease): a later Release returns nil
+// without a call.
+func (r *request) releasedBy() {
+	r.mu.Lock()
+	if r.rel != nil {
+		r.mu.Unlock()
+		return
+	}
+	op := &releaseOp{done: make(chan struct{})}
+	r.rel, r.released = op, true
+	r.mu.Unlock()
+	r.finishRelease(op, nil, true)
+}
+
+// mayBeDeleted notes that a transaction of ours that deletes our key got no
+// answer: the release that follows treats a key found gone as a retry does
+// (it may be that transaction's doing, not a steal).
+func (r *request) mayBeDeleted() {
+	r.mu.Lock()
+	r.maybeDel = true
+	r.mu.Unlock()
+}
+
+func (r *request) mayHaveDeleted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.maybeDel
 }
 
 // releaseTxn deletes our key if its create revision is still ours; else it

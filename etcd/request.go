@@ -36,6 +36,7 @@ type request struct {
 	mu       sync.Mutex
 	released bool       // Release was called (r.mu)
 	rel      *releaseOp // the release, once started (r.mu; release.go)
+	maybeDel bool       // a delete of our key by a store's PublishRelease got no answer (r.mu; store.go)
 }
 
 // lose closes the request's lost channel (once).
@@ -125,7 +126,19 @@ func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(r.base+"s/").WithPrefix(), "=", 0))
 	}
 	put := clientv3.OpPut(r.key, val, clientv3.WithLease(r.sess.Lease()))
-	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(put).Commit()
+	// A record the caller wants read with the attempt (seam.GrantRead: a
+	// coalesce flight's outcome) is read in the same transaction, granted
+	// or not (the caller compares later records with it).
+	gr, grKey := r.b.grantRead(ctx)
+	ops, els := []clientv3.Op{put}, []clientv3.Op(nil)
+	if gr != nil {
+		ops = append(ops, clientv3.OpGet(grKey))
+		els = append(els, clientv3.OpGet(grKey))
+	}
+	resp, err := r.b.cli.Txn(ctx).If(cmps...).Then(ops...).Else(els...).Commit()
+	if err != nil {
+		gr = nil // the retry below does not read it
+	}
 	for err != nil {
 		if err := r.again(ctx, err); err != nil {
 			r.withdraw() // the put may have happened
@@ -143,6 +156,12 @@ func (r *request) ifAvailable(ctx context.Context, val string) (int64, error) {
 		}
 		resp = (*clientv3.TxnResponse)(rr.Responses[0].GetResponseTxn())
 		resp.Header = rr.Header
+	}
+	if gr != nil {
+		gr.Rev, gr.Done, gr.Rec = resp.Header.Revision, true, nil
+		if kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			gr.Rec = cut(kvs[0].Value, gr.Max)
+		}
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("lock %q: %w", r.name, manager.ErrNotAvailable)

@@ -57,8 +57,9 @@ type Config struct {
 
 	// Features are what the worker processes do, one per process position
 	// in turn (FeaturePlain, FeatureExec, ...; empty: FeaturePlain). Every
-	// feature but plain needs BackendShmlocks, and Procs must give each
-	// feature a process.
+	// feature but plain and coalesce needs BackendShmlocks (coalesce runs
+	// on a registered backend whose Managers keep records, as etcd's do),
+	// and Procs must give each feature a process.
 	Features []string
 	// Exec is the argv of "shmlocks exec" (FeatureExec; its command is Worker).
 	Exec []string
@@ -161,7 +162,7 @@ func (c *Config) Validate() error {
 		if featureIndex(f) < 0 {
 			return bad("unknown feature %q", f)
 		}
-		if f != FeaturePlain && c.Backend != BackendShmlocks {
+		if !backendFeature(f) && c.Backend != BackendShmlocks {
 			return bad("feature %s needs the shmlocks backend", f)
 		}
 		if f == FeatureExec && len(c.Exec) == 0 {

@@ -97,3 +97,8 @@ const (
 )
 
 var kindNames = [numKinds]string{"exclusion", "exec", "child", "flight", "counter", "token", "lost", "stuck", "table", "failure", "other"}
+
+// backendFeature reports whether feature f runs on a registered backend
+// too (RegisterBackend): plain, and coalesce on a backend whose Managers
+// keep records (etcd); the others need the table.
+func backendFeature(f string) bool { return f == FeaturePlain || f == FeatureCoalesce }

@@ -163,7 +163,7 @@ func WorkerMain(stdout, stderr io.Writer) int {
 	default:
 		return fail("unknown role %q", wc.Role)
 	}
-	if wc.Role != FeaturePlain && wc.Role != "" && wc.Role != FeatureExec {
+	if wc.Role != FeaturePlain && wc.Role != "" && wc.Role != FeatureExec && !backendFeature(wc.Role) {
 		if _, ok := be.(*shmBackend); !ok {
 			return fail("feature %s needs the shmlocks backend", wc.Role)
 		}

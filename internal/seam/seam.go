@@ -106,3 +106,66 @@ var errNoManager = errors.New("seam: package manager is not linked in")
 // Crash marks a crash point of a feature or a store: a test may kill the
 // process there (internal/testhooks.SetCrash, the table's hook too).
 func Crash(point string) { testhooks.Crash(point) }
+
+// CheckKey reports whether key is a valid store key: 1 to 64 bytes of
+// [0-9A-Za-z_-]. A backend's store applies it as the table's does.
+func CheckKey(key string) error { return checkKey(key) }
+
+// ErrRecordTooLarge: a store refused a record for its size (etcd: the
+// request is larger than the server takes). Publish wraps it; nothing was
+// written, and the grant is still held.
+var ErrRecordTooLarge = errors.New("seam: record too large for the store")
+
+// PublishReleaser is implemented by a Store that can publish and give up
+// the guarding grant in one step (etcd: one transaction puts the record
+// and deletes the grant's request key). PublishRelease is Publish followed
+// by the release of g, atomically: on success g's Release returns nil
+// without another call to the store (the caller still calls it); on
+// failure g is as Publish leaves it.
+type PublishReleaser interface {
+	PublishRelease(g Grant, key string, rec []byte) error
+}
+
+// Follower is implemented by a Store that can tell a waiting reader of a
+// new record without polling (etcd: a watch of the record's key). Follow
+// calls fn, from a goroutine of its own and one call at a time, with each
+// record put under key after revision from (a GrantRead's Rev; 0: from
+// about the call on), cut as by Load, until ctx ends. It may miss records
+// (a watch compacted away): a caller uses it to learn early, never as its
+// only way to learn.
+type Follower interface {
+	Follow(ctx context.Context, key string, max int, from int64, fn func(rec []byte))
+}
+
+// GrantRead asks the backend that takes a request made with a ctx that
+// carries it (WithGrantRead) to read a record of one of its own stores in
+// the step that grants the request or finds it not grantable (etcd: the
+// transaction of an IfAvailable request), so that the record is the one in
+// place at that attempt (at the grant, if granted). A backend that cannot
+// leaves Done false and the caller loads the record itself.
+type GrantRead struct {
+	Store Store
+	Key   string
+	Max   int
+	// Set by the backend when its attempt read the record: Rec is the
+	// record (cut as by Load), nil when there was none.
+	Done bool
+	Rec  []byte
+	// Rev, when the backend has one, is the store's revision at the
+	// request's attempt, granted or not: a Follow from it misses nothing
+	// published after the attempt.
+	Rev int64
+}
+
+type grantReadKey struct{}
+
+// WithGrantRead returns ctx carrying gr (for one request only).
+func WithGrantRead(ctx context.Context, gr *GrantRead) context.Context {
+	return context.WithValue(ctx, grantReadKey{}, gr)
+}
+
+// GrantReadOf returns the GrantRead ctx carries, or nil.
+func GrantReadOf(ctx context.Context) *GrantRead {
+	gr, _ := ctx.Value(grantReadKey{}).(*GrantRead)
+	return gr
+}

@@ -67,7 +67,7 @@ func parseFaults(s string) ([]string, error) {
 // returns once the cluster is whole again.
 func (f *faultRunner) run(stop <-chan struct{}) {
 	f.counts = map[string]int{}
-	admin, err := clientv3.New(clientv3.Config{Endpoints: f.c.endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	admin, err := clientv3.New(clientv3.Config{Endpoints: f.c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		f.fail("admin client: %v", err)
 		return
@@ -96,28 +96,28 @@ func (f *faultRunner) run(stop <-chan struct{}) {
 func (f *faultRunner) inject(kind string, admin *clientv3.Client) error {
 	switch kind {
 	case "leader", "member":
-		i := f.c.leader()
+		i := f.c.Leader()
 		if kind == "member" {
-			i = f.c.follower()
+			i = f.c.Follower()
 		}
 		if i < 0 {
 			return fmt.Errorf("no %s to stop", kind)
 		}
-		f.c.kill(i)
+		f.c.Kill(i)
 		time.Sleep(f.down)
-		if err := f.c.start(i); err != nil {
+		if err := f.c.Restart(i); err != nil {
 			return err
 		}
-		if f.c.waitLeader(30*time.Second) < 0 {
+		if f.c.WaitLeader(30*time.Second) < 0 {
 			return fmt.Errorf("no leader 30s after member %d restarted", i)
 		}
 	case "cut":
-		for _, p := range f.c.proxies {
-			p.setCut(true)
+		for _, p := range f.c.Proxies() {
+			p.SetCut(true)
 		}
 		time.Sleep(f.down)
-		for _, p := range f.c.proxies {
-			p.setCut(false)
+		for _, p := range f.c.Proxies() {
+			p.SetCut(false)
 		}
 	case "compact":
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

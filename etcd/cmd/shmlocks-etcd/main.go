@@ -167,6 +167,7 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL a random worker this many times per second (set --stuck above --ttl)")
 	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s + ttl)")
 	fs.DurationVar(&cfg.MaxGrantGap, "max-gap", 0, "no grant anywhere for this long is a violation (0: not checked)")
+	features := fs.String("features", "", "what the workers do, one feature per process position in turn: plain (the default) or coalesce, comma-separated")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	embedded := fs.Int("embedded", 0, "run on an embedded cluster of this many members (instead of --endpoints), its clients behind TCP proxies")
 	faultList := fs.String("faults", "", "with --embedded: faults injected in turn, comma-separated: leader, member, cut, compact, or all")
@@ -178,6 +179,14 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 	if (*endpoints == "") == (*embedded == 0) || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "shmlocks-etcd: one of --endpoints and --embedded is required, and no arguments are taken")
 		return 2
+	}
+	if *features != "" {
+		fl, err := stress.ParseFeatures(*features)
+		if err != nil {
+			fmt.Fprintln(stderr, "shmlocks-etcd:", err)
+			return 2
+		}
+		cfg.Features = fl
 	}
 	ttlSet := false
 	fs.Visit(func(f *flag.Flag) { ttlSet = ttlSet || f.Name == "ttl" })
@@ -200,7 +209,7 @@ func run(args, worker []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer c.stop()
-		*endpoints = strings.Join(c.endpoints(), ",")
+		*endpoints = strings.Join(c.Endpoints(), ",")
 		if len(kinds) > 0 {
 			faults = &faultRunner{c: c, kinds: kinds, every: *faultEvery, down: *faultDown, until: time.Now().Add(cfg.Duration)}
 		}

@@ -77,6 +77,7 @@ func TestStressOnEtcd(t *testing.T) {
 	}{
 		{"plain", []string{"--procs", "3", "--duration", "3s", "--steal", "0.05"}},
 		{"chaos", []string{"--procs", "3", "--duration", "4s", "--chaos", "0.5", "--ttl", "1s"}},
+		{"coalesce", []string{"--procs", "4", "--duration", "2s", "--features", "plain,coalesce"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.name == "chaos" && testing.Short() {
@@ -91,6 +92,9 @@ func TestStressOnEtcd(t *testing.T) {
 			}
 			if !strings.Contains(out.String(), "etcd") {
 				t.Fatalf("report does not name the backend:\n%s", out.String())
+			}
+			if c.name == "coalesce" && !strings.Contains(out.String(), "results followed") {
+				t.Fatalf("report has no coalesce row:\n%s", out.String())
 			}
 		})
 	}
