@@ -33,12 +33,6 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	if m.be != nil {
 		return m.requestBackend(ctx, name, opts, fn)
 	}
-	// One object per grant, never reused: fn may keep its ctx (and l). It
-	// is allocated before the request, not once granted: an allocation
-	// can take microseconds (a span refill, a GC assist), and made while
-	// holding it lengthens the hold that every waiter on the name waits
-	// out (docs/experiments.md, "Request's grant inside the hold").
-	g := new(grant)
 	for {
 		var ref table.Ref
 		var token uint64
@@ -56,6 +50,7 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 					continue // ctx's grant ended first: it carries nothing now
 				}
 				if err == nil {
+					g := new(grant)
 					kid.fill(&g.Lock)
 					return g.run(ctx, fn)
 				}
@@ -65,6 +60,8 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 			}
 			return err
 		}
+		// One object per grant, never reused: fn may keep its ctx (and l).
+		g := new(grant)
 		l := &g.Lock
 		l.m, l.name, l.mode, l.ref, l.token = m, name, uint8(opts.Mode), ref, token
 		*(*uint64)(unsafe.Pointer(&l.state)) = heldWord // not yet published
