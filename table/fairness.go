@@ -213,10 +213,7 @@ func (t *Table) agingOf(eo uint64, a uint32, now int64) uint32 {
 func (t *Table) grantQueued(e, s uint32, w *Wakes) {
 	eo, so := t.entryOff(e), t.slotOff(s)
 	mode := t.ld32(so + slMode)
-	t.unlink(s, eo+enQHead, eo+enQTail)
-	if n := t.ld32(eo + enNWait); n > 0 {
-		t.st32(eo+enNWait, n-1)
-	}
+	t.unqueue(s, eo)
 	held := t.ld32(eo + enHHead)
 	t.markHeld(s, e, nowNano(), held)
 	t.linkHeld(s, e, mode, held)
@@ -320,19 +317,8 @@ func (t *Table) TakeTurn(a *Agent, r Ref, w *Wakes) (bool, error) {
 // when r is shared: a hint for a spinning head of a bounded table that
 // TakeTurn may grant it now (read atomically, not under the latch).
 func (t *Table) MayTakeTurn(a *Agent, r Ref) bool {
-	if r.Slot >= uint32(t.l.MaxRequests) {
-		return false
-	}
-	so := t.slotOff(r.Slot)
-	if atomic.LoadUint64(t.u64(so+slWord)) != slotWord(r.Serial, a.Idx, SlotWaiting) {
-		return false
-	}
-	e := atomic.LoadUint32(t.u32(so+slEntry)) - 1
-	if e >= uint32(t.l.MaxResources) {
-		return false
-	}
-	eo := t.entryOff(e)
-	if atomic.LoadUint32(t.u32(eo+enQHead)) != r.Slot+1 {
+	so, eo, head := t.headOf(a, r)
+	if !head {
 		return false
 	}
 	switch st := uint32(atomic.LoadUint64(t.u64(eo + enFast))); {

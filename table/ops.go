@@ -353,18 +353,25 @@ func (t *Table) QueueSeq(r Ref) uint32 {
 // is first in its queue: the next to be granted. A hint for the waiter
 // (whether to spin), read atomically but not under the latch.
 func (t *Table) IsHead(a *Agent, r Ref) bool {
+	_, _, ok := t.headOf(a, r)
+	return ok
+}
+
+// headOf is IsHead with the offsets of r's slot and entry when it is true.
+func (t *Table) headOf(a *Agent, r Ref) (so, eo uint64, ok bool) {
 	if r.Slot >= uint32(t.l.MaxRequests) {
-		return false
+		return 0, 0, false
 	}
-	so := t.slotOff(r.Slot)
+	so = t.slotOff(r.Slot)
 	if atomic.LoadUint64(t.u64(so+slWord)) != slotWord(r.Serial, a.Idx, SlotWaiting) {
-		return false
+		return 0, 0, false
 	}
 	e := atomic.LoadUint32(t.u32(so+slEntry)) - 1
 	if e >= uint32(t.l.MaxResources) {
-		return false
+		return 0, 0, false
 	}
-	return atomic.LoadUint32(t.u32(t.entryOff(e)+enQHead)) == r.Slot+1
+	eo = t.entryOff(e)
+	return so, eo, atomic.LoadUint32(t.u32(eo+enQHead)) == r.Slot+1
 }
 
 // Progress returns, without the latch, the token counter of the entry that

@@ -105,6 +105,15 @@ func (t *Table) enqueue(s, e uint32) {
 	crash("enqueue.linked")
 }
 
+// unqueue takes waiting slot s out of entry eo's queue, wherever it
+// stands, and counts it out of the queue's length.
+func (t *Table) unqueue(s uint32, eo uint64) {
+	t.unlink(s, eo+enQHead, eo+enQTail)
+	if n := t.ld32(eo + enNWait); n > 0 {
+		t.st32(eo+enNWait, n-1)
+	}
+}
+
 // unlink removes slot s from a doubly linked list given the offsets of its
 // head (and tail, for the queue; 0 for the held list) words.
 func (t *Table) unlink(s uint32, headOff, tailOff uint64) {
@@ -140,10 +149,7 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 		}
 		crash("release.unlinked")
 	case SlotWaiting:
-		t.unlink(s, eo+enQHead, eo+enQTail)
-		if n := t.ld32(eo + enNWait); n > 0 {
-			t.st32(eo+enNWait, n-1)
-		}
+		t.unqueue(s, eo)
 		crash("abort.unlinked")
 	}
 	atomic.CompareAndSwapUint64(t.u64(t.slotOff(s)+slWord), sw, slotWord(wordSerial(sw), wordAgent(sw), SlotFree))
