@@ -3,49 +3,15 @@
 package manager_test
 
 import (
-	"bufio"
-	"os/exec"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/shmlocks/shmlocks/internal/proctest"
+
 	. "github.com/shmlocks/shmlocks/manager"
 )
-
-// procGroup starts `sh -c 'sleep 60 & echo $!; read x'` in a group of its
-// own: the leader sh and a member sleep. endLeader makes the leader exit
-// (and waits for it); the member is killed by the cleanup.
-func procGroup(t *testing.T) (leader, member int, endLeader func()) {
-	t.Helper()
-	cmd := exec.Command("sh", "-c", "sleep 60 & echo $!; read x")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	in, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	member, err = strconv.Atoi(strings.TrimSpace(line))
-	require.NoError(t, err)
-	leader = cmd.Process.Pid
-	ended := false
-	endLeader = func() {
-		if !ended {
-			ended = true
-			in.Close()
-			cmd.Wait()
-		}
-	}
-	t.Cleanup(func() {
-		syscall.Kill(-leader, syscall.SIGKILL)
-		endLeader()
-	})
-	return leader, member, endLeader
-}
 
 // An agent whose process was SIGKILLed keeps its lock while its co-owner
 // group runs, leader or not; the waiter's Manager grants it as soon as the
@@ -57,7 +23,7 @@ func procGroup(t *testing.T) (leader, member int, endLeader func()) {
 func TestCoOwnerKeepsLockAfterDeath(t *testing.T) {
 	path := tablePath(t)
 	p := openM(t, path, smallTable)
-	leader, member, endLeader := procGroup(t)
+	leader, member, endLeader := proctest.Group(t)
 	c := spawn(t, path, smallTable)
 	c.Send("acquire x")
 	c.Expect("acquired x")
@@ -83,7 +49,7 @@ func TestCoOwnerKeepsLockAfterDeath(t *testing.T) {
 // SetCoOwner refuses what is not a running group leader.
 func TestSetCoOwnerValidates(t *testing.T) {
 	m := openM(t, tablePath(t), smallTable)
-	leader, member, _ := procGroup(t)
+	leader, member, _ := proctest.Group(t)
 	require.NoError(t, m.SetCoOwner(leader))
 	require.NoError(t, m.SetCoOwner(0))
 	for _, pgid := range []int{-1, 1, member, 1 << 22} {

@@ -6,47 +6,15 @@ import (
 	"bufio"
 	"fmt"
 	"os/exec"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// group starts `sh -c 'sleep 60 & echo $!; read x'` in a process group of
-// its own: the leader sh (pid == pgid) and a member sleep. closeLeader
-// ends the leader (it is waited for); the member is killed by the cleanup.
-func group(t *testing.T) (leader, member int, closeLeader func()) {
-	t.Helper()
-	cmd := exec.Command("sh", "-c", "sleep 60 & echo $!; read x")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	in, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	member, err = strconv.Atoi(strings.TrimSpace(line))
-	require.NoError(t, err)
-	leader = cmd.Process.Pid
-	waited := false
-	closeLeader = func() {
-		if !waited {
-			waited = true
-			in.Close()
-			cmd.Wait()
-		}
-	}
-	t.Cleanup(func() {
-		syscall.Kill(-leader, syscall.SIGKILL)
-		closeLeader()
-	})
-	return leader, member, closeLeader
-}
+	"github.com/shmlocks/shmlocks/internal/proctest"
+)
 
 // gone waits (bounded) until pid no longer runs (a zombie nobody reaps
 // counts as gone).
@@ -67,7 +35,7 @@ func gone(t *testing.T, pid int) {
 // a zombie does not count; a leader with another start time is a reused
 // number (the old group is gone).
 func TestGroupAlive(t *testing.T) {
-	leader, member, closeLeader := group(t)
+	leader, member, closeLeader := proctest.Group(t)
 	start := uint32(ProcessStart(leader))
 	require.NotZero(t, start)
 	require.True(t, GroupAlive(leader, start), "the leader runs")
@@ -101,7 +69,7 @@ func TestCoOwnerKeepsAgentAlive(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Queued, out)
 
-	leader, member, closeLeader := group(t)
+	leader, member, closeLeader := proctest.Group(t)
 	require.NoError(t, a.SetCoOwner(leader, ProcessStart(leader)))
 	pg, err := tb.AgentCoOwner(a.Idx)
 	require.NoError(t, err)
@@ -148,7 +116,7 @@ func TestCoOwnerDoesNotKeepLatch(t *testing.T) {
 	require.NoError(t, err)
 	b, err := tb.Register(Identity{PID: 1002, Start: 7, Boot: selfIdentity.Boot}, 2)
 	require.NoError(t, err)
-	leader, _, _ := group(t)
+	leader, _, _ := proctest.Group(t)
 	require.NoError(t, a.SetCoOwner(leader, ProcessStart(leader)))
 	fake.kill(1001)
 	require.False(t, tb.AgentDead(a.Idx))
