@@ -33,39 +33,62 @@ func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	if m.be != nil {
 		return m.requestBackend(ctx, name, opts, fn)
 	}
-	for {
-		var ref table.Ref
-		var token uint64
-		var err error
-		if m.stats == nil {
-			ref, token, err = m.acquire(ctx, name, opts)
-		} else {
-			ref, token, err = m.acquireCounted(ctx, name, opts)
-		}
-		if err != nil {
-			if r, ok := err.(*reentry); ok {
-				var kid *lockExt
-				kid, err = m.enterChild(ctx, r.parent, name, opts)
-				if err == errParentGone {
-					continue // ctx's grant ended first: it carries nothing now
-				}
-				if err == nil {
-					g := new(grant)
-					kid.fill(&g.Lock)
-					return g.run(ctx, fn)
-				}
-			}
-			if errors.Is(err, ErrNotAvailable) {
-				return fn(ctx, nil)
-			}
-			return err
-		}
-		// One object per grant, never reused: fn may keep its ctx (and l).
-		g := new(grant)
-		l := &g.Lock
-		l.m, l.name, l.mode, l.ref, l.token = m, name, uint8(opts.Mode), ref, token
-		*(*uint64)(unsafe.Pointer(&l.state)) = heldWord // not yet published
+	var ref table.Ref
+	var token uint64
+	var err error
+	if m.stats == nil { // statistics off: one plain load (stats.go); m.request, written out: no call on the fast path
+		ref, token, err = m.acquire(ctx, name, opts)
+	} else {
+		ref, token, err = m.acquireCounted(ctx, name, opts)
+	}
+	var kid *lockExt
+	if err != nil {
+		ref, token, kid, err = m.refused(ctx, name, opts, err)
+	}
+	switch {
+	case errors.Is(err, ErrNotAvailable):
+		return fn(ctx, nil)
+	case err != nil:
+		return err
+	}
+	// One object per grant, never reused: fn may keep its ctx (and l).
+	g := new(grant)
+	if kid != nil {
+		kid.fill(&g.Lock)
 		return g.run(ctx, fn)
+	}
+	l := &g.Lock
+	l.m, l.name, l.mode, l.ref, l.token = m, name, uint8(opts.Mode), ref, token
+	*(*uint64)(unsafe.Pointer(&l.state)) = heldWord // not yet published
+	return g.run(ctx, fn)
+}
+
+// request makes a request on the table: acquire, counted when statistics
+// are on (Request and acquireNew write it out: it is not inlined).
+func (m *Manager) request(ctx context.Context, name string, opts RequestOptions) (table.Ref, uint64, error) {
+	if m.stats == nil { // statistics off: one plain load (stats.go)
+		return m.acquire(ctx, name, opts)
+	}
+	return m.acquireCounted(ctx, name, opts)
+}
+
+// refused follows up a request that request did not grant (err): when ctx
+// carries a grant of this Manager on name, the request is a child grant
+// of it (kid, reentrant.go); a parent that ended before its child was
+// admitted carries nothing any more, and the request is made anew (which
+// may grant it: ref, token). Any other err is returned as it is.
+func (m *Manager) refused(ctx context.Context, name string, opts RequestOptions, err error) (ref table.Ref, token uint64, kid *lockExt, _ error) {
+	for {
+		r, ok := err.(*reentry)
+		if !ok {
+			return ref, token, nil, err
+		}
+		if kid, err = m.enterChild(ctx, r.parent, name, opts); err != errParentGone {
+			return table.Ref{}, 0, kid, err
+		}
+		if ref, token, err = m.request(ctx, name, opts); err == nil {
+			return ref, token, nil, nil
+		}
 	}
 }
 
@@ -106,35 +129,30 @@ func (m *Manager) acquireNew(ctx context.Context, name string, opts RequestOptio
 	if m.be != nil { // the backend seam: one field load and a predictable branch
 		return m.acquireBackend(ctx, name, opts, lp)
 	}
-	for {
-		var ref table.Ref
-		var token uint64
-		var err error
-		if m.stats == nil { // statistics off: one plain load (stats.go)
-			ref, token, err = m.acquire(ctx, name, opts)
-		} else {
-			ref, token, err = m.acquireCounted(ctx, name, opts)
-		}
-		if err != nil {
-			if r, ok := err.(*reentry); ok {
-				var kid *lockExt
-				kid, err = m.enterChild(ctx, r.parent, name, opts)
-				if err == errParentGone {
-					continue // ctx's grant ended first: it carries nothing now
-				}
-				if err == nil {
-					kid.fill(*lp) // a child grant of ctx's (reentrant.go)
-					return nil
-				}
-			}
-			*lp = nil
-			return err
-		}
-		l := *lp
-		l.m, l.name, l.token, l.ref, l.mode = m, name, token, ref, uint8(opts.Mode)
-		*(*uint64)(unsafe.Pointer(&l.state)) = heldWord
+	var ref table.Ref
+	var token uint64
+	var err error
+	if m.stats == nil { // statistics off: one plain load (stats.go); m.request, written out: no call on the fast path
+		ref, token, err = m.acquire(ctx, name, opts)
+	} else {
+		ref, token, err = m.acquireCounted(ctx, name, opts)
+	}
+	var kid *lockExt
+	if err != nil {
+		ref, token, kid, err = m.refused(ctx, name, opts, err)
+	}
+	switch {
+	case err != nil:
+		*lp = nil
+		return err
+	case kid != nil:
+		kid.fill(*lp) // a child grant of ctx's (reentrant.go)
 		return nil
 	}
+	l := *lp
+	l.m, l.name, l.token, l.ref, l.mode = m, name, token, ref, uint8(opts.Mode)
+	*(*uint64)(unsafe.Pointer(&l.state)) = heldWord
+	return nil
 }
 
 // validate applies the contract's order: closed, then name and options, then ctx.
