@@ -212,13 +212,24 @@ func (f *flight) share(o *outcome, followed bool) bool {
 	if followed && !f.following {
 		return true // the pilot holds the lock now: it decides
 	}
-	rest := f.waiting[:0]
-	for _, mb := range f.waiting {
+	return f.sift(func(mb *member) bool {
 		if mb.gen0 == o.gen() || followed && mb.gen0.ok && o.token <= mb.gen0.token {
-			rest = append(rest, mb) // arrived after o was published
-			continue
+			return true // arrived after o was published
 		}
 		f.deliver(mb, res, err, true)
+		return false
+	})
+}
+
+// sift keeps the waiting callers of f for which keep reports true (keep
+// has given the others their outcome) and retires f when none is left. It
+// reports whether any is (mu held).
+func (f *flight) sift(keep func(mb *member) bool) bool {
+	rest := f.waiting[:0]
+	for _, mb := range f.waiting {
+		if keep(mb) {
+			rest = append(rest, mb)
+		}
 	}
 	clear(f.waiting[len(rest):])
 	f.waiting = rest
@@ -366,27 +377,19 @@ func (f *flight) arrived(o *outcome, rerr error) bool {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	rest := f.waiting[:0]
-	for _, mb := range f.waiting {
+	return f.sift(func(mb *member) bool {
 		if mb.arriving {
 			mb.arriving = false
 			if failed != nil {
 				f.deliver(mb, nil, failed, false)
-				continue
+				return false
 			}
 			if o != nil {
 				mb.gen0 = o.gen()
 			}
 		}
-		rest = append(rest, mb)
-	}
-	clear(f.waiting[len(rest):])
-	f.waiting = rest
-	if len(rest) == 0 {
-		f.retire()
-		return false
-	}
-	return true
+		return true
+	})
 }
 
 // setFollowing turns the delivery of outcomes learnt by Follow on or off
