@@ -267,26 +267,15 @@ type BackendHold struct {
 // (docs/multi-and-deadlock.md).
 func CarriedHolds(ctx context.Context, b Backend) []BackendHold {
 	var out []BackendHold
-	for depth := 0; ctx != nil && depth < 64; depth++ {
-		c, ok := ctx.Value(carriedKey{}).(holdsCarrier)
-		if !ok {
-			break
+	eachCarried(ctx, 64, func(l *Lock) bool {
+		if l.m == nil || l.m.be != b || !l.heldNow() {
+			return true
 		}
-		for i := 0; ; i++ {
-			l := c.carried(i)
-			if l == nil {
-				break
-			}
-			if l.m == nil || l.m.be != b || !l.heldNow() {
-				continue
-			}
-			h := BackendHold{Name: l.name, Token: l.token}
-			if !slices.Contains(out, h) {
-				out = append(out, h)
-			}
+		if h := (BackendHold{Name: l.name, Token: l.token}); !slices.Contains(out, h) {
+			out = append(out, h)
 		}
-		ctx = c.carrier()
-	}
+		return true
+	})
 	return out
 }
 

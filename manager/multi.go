@@ -61,6 +61,27 @@ func (s *carriedSet) carried(i int) *Lock {
 
 func (s *carriedSet) carrier() context.Context { return s.parent }
 
+// eachCarried calls f for every grant ctx carries, innermost carrier first,
+// following at most depth ctx levels, until f returns false.
+func eachCarried(ctx context.Context, depth int, f func(l *Lock) bool) {
+	for ; ctx != nil && depth > 0; depth-- {
+		c, ok := ctx.Value(carriedKey{}).(holdsCarrier)
+		if !ok {
+			return
+		}
+		for i := 0; ; i++ {
+			l := c.carried(i)
+			if l == nil {
+				break
+			}
+			if !f(l) {
+				return
+			}
+		}
+		ctx = c.carrier()
+	}
+}
+
 // carriedCtx is ctx carrying s.
 type carriedCtx struct {
 	context.Context
@@ -81,22 +102,12 @@ func (c carriedCtx) Value(key any) any {
 // slot still holds that grant (its serial).
 func carriedRefs(ctx context.Context) []table.Ref {
 	var refs []table.Ref
-	for depth := 0; ctx != nil && depth < 64; depth++ {
-		c, ok := ctx.Value(carriedKey{}).(holdsCarrier)
-		if !ok {
-			break
+	eachCarried(ctx, 64, func(l *Lock) bool {
+		if l.heldNow() && !slices.Contains(refs, l.ref) {
+			refs = append(refs, l.ref)
 		}
-		for i := 0; ; i++ {
-			l := c.carried(i)
-			if l == nil {
-				break
-			}
-			if l.heldNow() && !slices.Contains(refs, l.ref) {
-				refs = append(refs, l.ref)
-			}
-		}
-		ctx = c.carrier()
-	}
+		return true
+	})
 	return refs
 }
 

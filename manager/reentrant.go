@@ -107,23 +107,15 @@ func WithLock(ctx context.Context, l *Lock) context.Context {
 // heldByCtx returns the innermost grant carried by ctx that m holds on name
 // now, or nil.
 func (m *Manager) heldByCtx(ctx context.Context, name string) *Lock {
-	for depth := 0; ctx != nil && depth < 1<<16; depth++ {
-		c, ok := ctx.Value(carriedKey{}).(holdsCarrier)
-		if !ok {
-			return nil
+	var held *Lock
+	eachCarried(ctx, 1<<16, func(l *Lock) bool {
+		if l.m == m && l.name == name && l.heldNow() {
+			held = l
+			return false
 		}
-		for i := 0; ; i++ {
-			l := c.carried(i)
-			if l == nil {
-				break
-			}
-			if l.m == m && l.name == name && l.heldNow() {
-				return l
-			}
-		}
-		ctx = c.carrier()
-	}
-	return nil
+		return true
+	})
+	return held
 }
 
 // reentry is the outcome of a request that its ctx's grant covers; acquire
