@@ -2,44 +2,10 @@
 
 package main
 
-import (
-	"os"
+import "golang.org/x/sys/unix"
 
-	"golang.org/x/sys/unix"
+// The ioctls that read and set a terminal's settings (tty_unix.go).
+const (
+	getTermios = unix.TIOCGETA
+	setTermios = unix.TIOCSETA
 )
-
-// isTerminal reports whether f is a terminal.
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TIOCGETA)
-	return err == nil
-}
-
-// termSize returns f's terminal size in columns and rows.
-func termSize(f *os.File) (cols, rows int, ok bool) {
-	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
-	if err != nil || ws.Col == 0 || ws.Row == 0 {
-		return 0, 0, false
-	}
-	return int(ws.Col), int(ws.Row), true
-}
-
-// keyMode puts terminal f in cbreak mode for the live view's keys: input
-// is not echoed and each key is read as it is typed (no line editing),
-// and a read returns after at most 0.1 s without a key (so the reader can
-// stop); signals (Ctrl-C) still work. restore puts back the settings it
-// found. ok false: f is not a terminal (nothing changed).
-func keyMode(f *os.File) (restore func(), ok bool) {
-	fd := int(f.Fd())
-	old, err := unix.IoctlGetTermios(fd, unix.TIOCGETA)
-	if err != nil {
-		return func() {}, false
-	}
-	t := *old
-	t.Lflag &^= unix.ICANON | unix.ECHO
-	t.Cc[unix.VMIN] = 0
-	t.Cc[unix.VTIME] = 1
-	if err := unix.IoctlSetTermios(fd, unix.TIOCSETA, &t); err != nil {
-		return func() {}, false
-	}
-	return func() { unix.IoctlSetTermios(fd, unix.TIOCSETA, old) }, true
-}
