@@ -21,14 +21,7 @@ import (
 func BenchmarkEtcd(b *testing.B) {
 	c := startCluster(b, 1)
 	ctx := context.Background()
-	// Warm the new cluster up (its first writes are slower), so that the
-	// first sub-benchmark is not the one that pays for it.
-	warm := c.client(b)
-	for i := 0; i < 200; i++ {
-		if _, err := warm.Put(ctx, "/warm", "x"); err != nil {
-			b.Fatal(err)
-		}
-	}
+	warmUp(b, c)
 	b.Run("Uncontended/shmlocks", func(b *testing.B) {
 		m, err := Open(ctx, c.client(b), "/bench-shm", nil)
 		if err != nil {
@@ -137,4 +130,15 @@ func contend(b *testing.B, workers int, mk func(i int) (lock, unlock func() erro
 	default:
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "grants/s")
+}
+
+// warmUp writes to the new cluster c 200 times: its first writes are
+// slower, and the first sub-benchmark must not be the one that pays.
+func warmUp(b *testing.B, c *cluster) {
+	warm := c.client(b)
+	for i := 0; i < 200; i++ {
+		if _, err := warm.Put(context.Background(), "/warm", "x"); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

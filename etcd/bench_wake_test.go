@@ -37,12 +37,7 @@ import (
 func BenchmarkEtcdWake(b *testing.B) {
 	c := startCluster(b, 1)
 	ctx := context.Background()
-	warm := c.client(b)
-	for i := 0; i < 200; i++ {
-		if _, err := warm.Put(ctx, "/warm", "x"); err != nil {
-			b.Fatal(err)
-		}
-	}
+	warmUp(b, c)
 	fn := func(context.Context) ([]byte, error) { return []byte("result"), nil }
 
 	b.Run("Leader/coalesce", func(b *testing.B) {
