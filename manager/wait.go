@@ -27,7 +27,8 @@ import (
 // (the collapse of strict FIFO with 8 processes on 2 CPUs). CPUs are
 // handed over outside the queue instead (yieldIfDue). One exception is a
 // process with more requests waiting than it has Ps on a crowded table:
-// its spinners yield to the OS (spinYields). The other is a
+// its spinners yield to the OS (spinYields), and so does every spinner on
+// a crowded table of bounded fairness (spinsOffCPU). The other is a
 // process confined to one CPU: there the holder it waits for may need this
 // very CPU, so it yields to the OS once and then parks (spinStep). The
 // budget is adaptive: SpinLimit (50 µs) restarts whenever the name's queue
@@ -230,6 +231,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 	progress := m.t.Progress(ref)
 	oneCPU := m.onOneCPU()
 	procs := m.procs.Load()
+
 	for i := 0; ; i++ {
 		select {
 		case <-done:
@@ -249,7 +251,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			continue // a bounded table left us the name (fairness.go): the next look returns the grant
 		}
 		parked, spinners := atomic.LoadUint32(m.a.Parked()), m.spinners.Load()
-		lookOnly := spinLooksOnly(oneCPU, spinners, procs, parked)
+		lookOnly, yields := spinChoice(oneCPU, m.bounded, m.agents.Load() > m.usable.Load(), spinners, procs, parked)
 		if i&7 == 7 && (!lookOnly || i&63 == 63) {
 			// The budget is adaptive: it restarts whenever the queue moves
 			// (a grant on the name), so a waiter keeps its CPU while its
@@ -280,7 +282,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		if lookOnly {
 			continue
 		}
-		switch spinStep(i, oneCPU, spinYields(m.agents.Load() > m.usable.Load(), parked, spinners, procs)) {
+		switch spinStep(i, oneCPU, yields) {
 		case spinPark:
 			return 0, nil, false
 		case spinOSYield:

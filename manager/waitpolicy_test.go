@@ -136,3 +136,33 @@ func TestYieldOutsideQueue(t *testing.T) {
 	}
 	require.Equal(t, int32(1), refresh(), "closed agents are not counted")
 }
+
+// TestSpinChoiceBounded: on a crowded table of bounded fairness every
+// spinner gives its CPU to the OS between two looks, in the cases where a
+// FIFO table's spinner keeps it (looks only, or Gosched): 8 x 1 and 8 x 2
+// on 2 Ps, with a sibling asleep or not. An uncrowded bounded table (2 x 4,
+// 1 x 64) spins as a FIFO one does.
+func TestSpinChoiceBounded(t *testing.T) {
+	for _, c := range []struct {
+		spinners int32
+		parked   uint32
+	}{{1, 0}, {1, 1}, {2, 0}, {2, 3}, {1, 14}} {
+		look, yields := spinChoice(false, true, true, c.spinners, 2, c.parked)
+		require.False(t, look, "bounded, crowded %+v", c)
+		require.True(t, yields, "bounded, crowded %+v", c)
+		for _, crowded := range []bool{false, true} {
+			flook, fyields := spinChoice(false, false, crowded, c.spinners, 2, c.parked)
+			require.Equal(t, spinLooksOnly(false, c.spinners, 2, c.parked), flook, "FIFO %v %+v", crowded, c)
+			require.Equal(t, spinYields(crowded, c.parked, c.spinners, 2), fyields, "FIFO %v %+v", crowded, c)
+		}
+		blook, byields := spinChoice(false, true, false, c.spinners, 2, c.parked)
+		require.Equal(t, spinLooksOnly(false, c.spinners, 2, c.parked), blook, "bounded, uncrowded %+v", c)
+		require.Equal(t, spinYields(false, c.parked, c.spinners, 2), byields, "bounded, uncrowded %+v", c)
+	}
+	// The cases this rule changes: a FIFO table's lone spinner (8 x 1) only
+	// looks, and 8 x 2's spinner beside one sleeping sibling uses Gosched.
+	look, _ := spinChoice(false, false, true, 1, 2, 0)
+	require.True(t, look)
+	_, yields := spinChoice(false, false, true, 1, 2, 1)
+	require.False(t, yields)
+}
