@@ -251,7 +251,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			continue // a bounded table left us the name (fairness.go): the next look returns the grant
 		}
 		parked, spinners := atomic.LoadUint32(m.a.Parked()), m.spinners.Load()
-		lookOnly, yields := spinChoice(oneCPU, m.bounded, m.agents.Load() > m.usable.Load(), spinners, procs, parked)
+		lookOnly, yields, ownFirst := spinChoice(oneCPU, m.bounded, m.agents.Load() > m.usable.Load(), spinners, procs, parked)
 		if i&7 == 7 && (!lookOnly || i&63 == 63) {
 			// The budget is adaptive: it restarts whenever the queue moves
 			// (a grant on the name), so a waiter keeps its CPU while its
@@ -286,6 +286,9 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		case spinPark:
 			return 0, nil, false
 		case spinOSYield:
+			if ownFirst {
+				runtime.Gosched()
+			}
 			cpuYield()
 		default:
 			runtime.Gosched()

@@ -147,22 +147,25 @@ func TestSpinChoiceBounded(t *testing.T) {
 		spinners int32
 		parked   uint32
 	}{{1, 0}, {1, 1}, {2, 0}, {2, 3}, {1, 14}} {
-		look, yields := spinChoice(false, true, true, c.spinners, 2, c.parked)
+		look, yields, own := spinChoice(false, true, true, c.spinners, 2, c.parked)
 		require.False(t, look, "bounded, crowded %+v", c)
 		require.True(t, yields, "bounded, crowded %+v", c)
+		require.Equal(t, c.parked > 0, own, "bounded, crowded %+v: our own goroutines first while one of ours sleeps", c)
 		for _, crowded := range []bool{false, true} {
-			flook, fyields := spinChoice(false, false, crowded, c.spinners, 2, c.parked)
+			flook, fyields, fown := spinChoice(false, false, crowded, c.spinners, 2, c.parked)
+			require.False(t, fown, "FIFO %v %+v", crowded, c)
 			require.Equal(t, spinLooksOnly(false, c.spinners, 2, c.parked), flook, "FIFO %v %+v", crowded, c)
 			require.Equal(t, spinYields(crowded, c.parked, c.spinners, 2), fyields, "FIFO %v %+v", crowded, c)
 		}
-		blook, byields := spinChoice(false, true, false, c.spinners, 2, c.parked)
+		blook, byields, bown := spinChoice(false, true, false, c.spinners, 2, c.parked)
+		require.False(t, bown, "bounded, uncrowded %+v", c)
 		require.Equal(t, spinLooksOnly(false, c.spinners, 2, c.parked), blook, "bounded, uncrowded %+v", c)
 		require.Equal(t, spinYields(false, c.parked, c.spinners, 2), byields, "bounded, uncrowded %+v", c)
 	}
 	// The cases this rule changes: a FIFO table's lone spinner (8 x 1) only
 	// looks, and 8 x 2's spinner beside one sleeping sibling uses Gosched.
-	look, _ := spinChoice(false, false, true, 1, 2, 0)
+	look, _, _ := spinChoice(false, false, true, 1, 2, 0)
 	require.True(t, look)
-	_, yields := spinChoice(false, false, true, 1, 2, 1)
+	_, yields, _ := spinChoice(false, false, true, 1, 2, 1)
 	require.False(t, yields)
 }
