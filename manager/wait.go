@@ -228,6 +228,8 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 	// The budget starts at the first clock read, after 8 looks: a spin that
 	// ends sooner (most hand-offs) reads no clock.
 	var deadline, nextSched int64
+	var freeAt int64 // a bounded table's head: when it saw the name free with mark freeMark (0: not free)
+	var freeMark uint64
 	progress := m.t.Progress(ref)
 	oneCPU := m.onOneCPU()
 	procs := m.procs.Load()
@@ -247,11 +249,21 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		if !ok || st != table.SlotWaiting {
 			return 0, nil, false
 		}
-		if m.bounded && i&3 == 0 && m.t.MayTakeTurn(m.a, ref) && m.takeTurn(ref, false) {
-			continue // a bounded table left us the name (fairness.go): the next look returns the grant
+		crowded := m.agents.Load() > m.usable.Load()
+		if m.bounded && i&3 == 0 {
+			// A bounded table left us the name (fairness.go): take it, the
+			// next look returns the grant; with patience (turnPatience)
+			// only once it has stayed free.
+			if mark, open := m.t.TurnOpen(m.a, ref); !open {
+				freeAt = 0
+			} else if turnPatient(crowded) && (freeAt == 0 || mark != freeMark) {
+				freeAt, freeMark = m.mono(), mark
+			} else if (!turnPatient(crowded) || m.mono()-freeAt >= int64(turnPatience)) && m.takeTurn(ref, false) {
+				continue
+			}
 		}
 		parked, spinners := atomic.LoadUint32(m.a.Parked()), m.spinners.Load()
-		lookOnly, yields, ownFirst := spinChoice(oneCPU, m.bounded, m.agents.Load() > m.usable.Load(), spinners, procs, parked)
+		lookOnly, yields, ownFirst := spinChoice(oneCPU, m.bounded, crowded, spinners, procs, parked)
 		if i&7 == 7 && (!lookOnly || i&63 == 63) {
 			// The budget is adaptive: it restarts whenever the queue moves
 			// (a grant on the name), so a waiter keeps its CPU while its

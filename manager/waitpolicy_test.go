@@ -169,3 +169,15 @@ func TestSpinChoiceBounded(t *testing.T) {
 	_, yields, _ := spinChoice(false, false, true, 1, 2, 1)
 	require.False(t, yields)
 }
+
+// TestTurnPatience: a spinning head of a bounded table waits for the name
+// to stay free only where its spin keeps the CPU (an uncrowded table); on
+// a crowded one its yields between looks are the patience.
+func TestTurnPatience(t *testing.T) {
+	require.True(t, turnPatient(false))
+	require.False(t, turnPatient(true))
+	look, _, _ := spinChoice(false, true, false, 1, 2, 0)
+	require.True(t, look, "the uncrowded head that is patient is the one that only looks")
+	require.Positive(t, turnPatience)
+	require.Less(t, turnPatience, defaultSpin/10, "patience is a small part of a spin")
+}

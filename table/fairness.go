@@ -312,23 +312,31 @@ func (t *Table) TakeTurn(a *Agent, r Ref, w *Wakes) (bool, error) {
 	return true, nil
 }
 
-// MayTakeTurn reports, without the latch, whether waiting request r of
-// agent a is first in its queue with nothing held, or only shared holds
-// when r is shared: a hint for a spinning head of a bounded table that
-// TakeTurn may grant it now (read atomically, not under the latch).
-func (t *Table) MayTakeTurn(a *Agent, r Ref) bool {
+// TurnOpen reports, without the latch, whether waiting request r of agent
+// a is first in its queue with nothing held, or only shared holds when r is
+// shared: a hint for a spinning head of a bounded table that TakeTurn may
+// grant it now (read atomically, not under the latch). mark is a reading
+// of the name's state that changes with every grant on it (the fast word,
+// whose counter every fast grant moves, or the token counter while the
+// entry is latched): a head that sees the same mark open twice knows that
+// nobody took the name in between. Both are hints: TakeTurn decides under
+// the latch, so a mark that repeats across a grant (a token counter equal
+// to an idle fast word) only makes the head take its turn sooner.
+func (t *Table) TurnOpen(a *Agent, r Ref) (mark uint64, open bool) {
 	so, eo, head := t.headOf(a, r)
 	if !head {
-		return false
+		return 0, false
 	}
-	switch st := uint32(atomic.LoadUint64(t.u64(eo + enFast))); {
+	v := atomic.LoadUint64(t.u64(eo + enFast))
+	switch st := uint32(v); {
 	case st == fastIdle:
-		return true
+		return v, true
 	case st != fastLatched:
-		return false // held by the fast path
+		return v, false // held by the fast path
 	}
+	mark = atomic.LoadUint64(t.u64(eo + enToken))
 	if atomic.LoadUint32(t.u32(eo+enNHeld)) == 0 {
-		return true
+		return mark, true
 	}
-	return atomic.LoadUint32(t.u32(so+slMode)) == ModeShared && atomic.LoadUint32(t.u32(eo+enHMode)) == ModeShared
+	return mark, atomic.LoadUint32(t.u32(so+slMode)) == ModeShared && atomic.LoadUint32(t.u32(eo+enHMode)) == ModeShared
 }
