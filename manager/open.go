@@ -62,7 +62,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 			clientID: inspect.ClientID(nonce),
 			closing:  make(chan struct{}),
 		},
-		settings: settings{spin: spin, handOver: o.HandOver && spin > 0, bounded: t.Bound() > 0, deadlock: deadlock},
+		settings: settings{spin: spin, handOver: (o.HandOver || t.Bound() > 0) && spin > 0, bounded: t.Bound() > 0, deadlock: deadlock},
 		held:     newRegistry(t.Slots()),
 	}
 	m.bySlot = newSlotIndex[waiter](t.Slots())

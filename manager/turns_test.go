@@ -85,6 +85,12 @@ func TestTurns(t *testing.T) {
 		require.Greater(t, m.agents.Load(), m.usable.Load())
 		require.Zero(t, handOver(t, m))
 	})
+	t.Run("bounded: on without the option", func(t *testing.T) {
+		o := OpenOptions{Fairness: Bounded(time.Hour)}
+		o.MaxResources, o.MaxRequests, o.MaxAgents, o.MaxNameLen = 64, 256, 32, 64
+		m := openM(t, tablePath(t), &o)
+		require.EqualValues(t, 1, handOver(t, m))
+	})
 	t.Run("spin off", func(t *testing.T) {
 		m := openM(t, tablePath(t), on(OpenOptions{SpinLimit: -1}))
 		require.Zero(t, handOver(t, m))
