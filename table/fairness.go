@@ -26,7 +26,9 @@ import (
 //	                   waited d/2 to d (aging), a release grants the name
 //	                   at once: to the oldest queued request of the
 //	                   releasing agent if that one has waited d/2 too (a
-//	                   batch per process), else to the head. Once the head
+//	                   batch per process), else to the head if it is awake
+//	                   (its park mark 0: it spins); a sleeping head is rung
+//	                   and left the name as before d/2. Once the head
 //	                   has waited d, releases hand the name to the head as
 //	                   FIFO does and nobody barges, until a head that has
 //	                   waited less than d comes first again.
@@ -36,7 +38,10 @@ import (
 // The aging batch lets a process that runs serve its own old requests
 // with hand-offs inside the process before the name crosses to another
 // process, so that the requests queued by processes that are off their CPU
-// cost one crossing per process, not one per request. The bound: a request
+// cost one crossing per process, not one per request. A sleeping head is
+// not granted while it ages: the name would wait for its wake-up (across
+// processes a datagram, a thread and a goroutine), so it is woken half the
+// bound ahead and granted once it runs. The bound: a request
 // that has waited d is the head or has only older requests ahead of it, so
 // from then on nobody barges and no batch runs until it is granted, and it
 // waits at most d plus the hand-offs of the requests ahead of it and the
@@ -119,9 +124,9 @@ func (t *Table) mayBarge(eo uint64) bool {
 // bound: the head is granted (processQueue). A head that has waited half
 // the bound (aging): from's oldest queued request is granted if it has
 // waited half the bound too and fits the holders (batch.granted), else the
-// head. Otherwise, if the head could be granted, the name is left free for
-// it and it is woken to take it (TakeTurn) unless a running request takes
-// the name first. With ring (repair, after a dead latch owner) the head's
+// head if it is awake. Otherwise, if the head could be granted, the name is
+// left free for it and it is woken to take it (TakeTurn) unless a running
+// request takes the name first. With ring (repair, after a dead latch owner) the head's
 // agent is rung even if its park mark says it is awake: the dead owner may
 // have cleared the mark and never rung.
 func (t *Table) passOn(e uint32, w *Wakes, ring bool, from uint32) {
@@ -148,8 +153,15 @@ func (t *Table) passOn(e uint32, w *Wakes, ring bool, from uint32) {
 			t.grantQueued(e, s, w) // the releasing process's batch
 			return
 		}
-		t.processQueue(e, w) // the oldest
-		return
+		if atomic.LoadUint32(t.u32(so+slPark)) == 0 {
+			t.processQueue(e, w) // the oldest, awake: its next look sees the grant
+			return
+		}
+		// The oldest sleeps: granted now, the name would wait for its
+		// wake-up (a chain of them, across processes). It is rung below
+		// and left the name as in the first half, and is granted once it
+		// runs (its turn, or this grant at a release that finds it
+		// awake), or by the starved hand-off at the bound.
 	}
 	// The head is asleep: wake it once. The mark moves from 1 (asleep) to
 	// markRung so that the releases that follow before it runs do not ring

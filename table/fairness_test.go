@@ -207,6 +207,7 @@ func TestBoundedTakeTurnOnlyTheHead(t *testing.T) {
 	require.Equal(t, mark, again, "nobody took the name")
 	d := registerPID(t, tb, 304)
 	for i := 0; i < 2; i++ { // two barges, each moving the mark
+		queue, all := tb.Progress(s1, false), tb.Progress(s1, true)
 		bar, out, _, err := tb.Acquire(d, "n", h, ModeExclusive, false, false, &w)
 		require.NoError(t, err)
 		require.Equal(t, Granted, out, "a barge: the head has waited less than the bound")
@@ -217,6 +218,8 @@ func TestBoundedTakeTurnOnlyTheHead(t *testing.T) {
 		require.True(t, open)
 		require.NotEqual(t, mark, again, "taken and given back in between: the mark moved")
 		mark = again
+		require.Equal(t, queue, tb.Progress(s1, false), "a barge on the fast path does not move the queue")
+		require.NotEqual(t, all, tb.Progress(s1, true), "it is a grant on the name")
 	}
 	ok, err = tb.TakeTurn(c, s2, &w)
 	require.NoError(t, err)
@@ -302,4 +305,90 @@ func TestBoundedAgingServesTheReleasersOwnFirst(t *testing.T) {
 	require.True(t, ok)
 	require.True(t, granted(a, a2))
 	require.NoError(t, tb.Check(a))
+}
+
+// TestBoundedAgingWakesASleepingHead: on a bounded table whose head has
+// waited half the bound, a release does not grant the head while it sleeps
+// (its park mark set): it rings it once (mark markRung) and leaves the name
+// free, so a running request still takes it; once the head is awake (mark
+// 0), the next release grants it. Past the bound a sleeping head is granted
+// (and rung) at once: the starved hand-off. Tokens increase throughout and
+// the checker passes.
+func TestBoundedAgingWakesASleepingHead(t *testing.T) {
+	tb := newBoundedTable(t, time.Hour)
+	a, b, c := registerPID(t, tb, 231), registerPID(t, tb, 232), registerPID(t, tb, 233)
+	h := Hash("n")
+	var last uint64
+	acquire := func(ag *Agent, want Outcome) Ref {
+		t.Helper()
+		var w Wakes
+		ref, out, tok, err := tb.Acquire(ag, "n", h, ModeExclusive, false, false, &w)
+		require.NoError(t, err)
+		require.Equal(t, want, out)
+		if out == Granted {
+			require.Greater(t, tok, last)
+			last = tok
+		}
+		return ref
+	}
+	release := func(ag *Agent, r Ref) Wakes {
+		t.Helper()
+		var w Wakes
+		require.NoError(t, tb.Release(ag, r, &w))
+		require.NoError(t, tb.Check(ag))
+		return w
+	}
+	rung := func(w Wakes, ag *Agent) bool {
+		for i := uint8(0); i < w.nsleep; i++ {
+			if w.sleepers[i].agent == ag.Idx {
+				return true
+			}
+		}
+		return false
+	}
+	status := func(ag *Agent, r Ref) uint8 {
+		st, tok, ok := tb.Status(ag, r)
+		require.True(t, ok)
+		if st == SlotHeld {
+			require.Greater(t, tok, last)
+			last = tok
+		}
+		return st
+	}
+	park := func(r Ref) uint32 { return atomic.LoadUint32(tb.u32(tb.slotOff(r.Slot) + slPark)) }
+
+	held := acquire(a, Granted)
+	b1 := acquire(b, Queued)
+	*tb.u64(tb.slotOff(b1.Slot) + slEnqueue) = uint64(nowNano() - int64(40*time.Minute)) // aging
+	tb.MarkParked(b1, true)
+
+	w := release(a, held)
+	require.EqualValues(t, SlotWaiting, status(b, b1), "a sleeping head is not granted while it ages")
+	require.True(t, rung(w, b), "it is rung")
+	require.EqualValues(t, markRung, park(b1))
+	barge := acquire(c, Granted) // the name was left free: a running request takes it
+
+	tb.MarkParked(b1, false) // b's goroutine runs (it spins)
+	release(c, barge)        // a barge's release, on the fast path: the head takes its turn
+	var w2 Wakes
+	ok, err := tb.TakeTurn(b, b1, &w2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.EqualValues(t, SlotHeld, status(b, b1))
+
+	// An aging head that is awake is granted by the release (b1's hold is
+	// under the latch: TakeTurn).
+	c1 := acquire(c, Queued)
+	*tb.u64(tb.slotOff(c1.Slot) + slEnqueue) = uint64(nowNano() - int64(40*time.Minute))
+	release(b, b1)
+	require.EqualValues(t, SlotHeld, status(c, c1), "awake, the aging head is granted at once")
+
+	// Past the bound a sleeping head is granted at once, and rung.
+	b2 := acquire(b, Queued)
+	*tb.u64(tb.slotOff(b2.Slot) + slEnqueue) = uint64(nowNano() - int64(2*time.Hour))
+	tb.MarkParked(b2, true)
+	w = release(c, c1)
+	require.EqualValues(t, SlotHeld, status(b, b2), "starved: granted asleep")
+	require.True(t, rung(w, b))
+	release(b, b2)
 }
