@@ -32,9 +32,10 @@ import (
 // process confined to one CPU: there the holder it waits for may need this
 // very CPU, so it yields to the OS once and then parks (spinStep). The
 // budget is adaptive: SpinLimit (50 µs) restarts whenever the name's queue
-// moves, so a waiter stays on its CPU while its turn approaches, and parks
-// once the lock has been held for SpinLimit without any grant: a long wait
-// costs no CPU.
+// moves (on a crowded bounded table, whenever the name is granted at all:
+// Progress with barges), so a waiter stays on its CPU while its turn
+// approaches, and parks once the lock has been held for SpinLimit without
+// any grant: a long wait costs no CPU.
 // A parked request may be readied to spin earlier, by the grant of a
 // request of its own Manager on the name (relayNext: a crowded table, more
 // of the Manager's requests waiting than it has Ps), and readies the next
@@ -230,9 +231,14 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 	var deadline, nextSched int64
 	var freeAt int64 // a bounded table's head: when it saw the name free with mark freeMark (0: not free)
 	var freeMark uint64
-	progress := m.t.Progress(ref)
 	oneCPU := m.onOneCPU()
 	procs := m.procs.Load()
+	// Barges move the budget's progress too where spinners spin off their
+	// CPU (spinsOffCPU): there a head that parks while others barge must be
+	// woken for its turn, a chain of wake-ups, where one that spins is
+	// found at its grant by a look (docs/experiments.md).
+	barges := spinsOffCPU(m.bounded, m.agents.Load() > m.usable.Load())
+	progress := m.t.Progress(ref, barges)
 
 	for i := 0; ; i++ {
 		select {
@@ -281,7 +287,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 				deadline, nextSched = now+int64(m.spin), now+int64(goschedEvery)
 				m.refreshView(now)
 			}
-			if p := m.t.Progress(ref); p != progress {
+			if p := m.t.Progress(ref, barges); p != progress {
 				progress, deadline = p, now+int64(m.spin)
 			} else if now > deadline {
 				return 0, nil, false

@@ -374,10 +374,14 @@ func (t *Table) headOf(a *Agent, r Ref) (so, eo uint64, ok bool) {
 	return so, eo, atomic.LoadUint32(t.u32(eo+enQHead)) == r.Slot+1
 }
 
-// Progress returns, without the latch, the token counter of the entry that
-// waiting request r is queued on: it moves with every grant on the name. A
-// hint for spinning waiters (is the queue moving?).
-func (t *Table) Progress(r Ref) uint64 {
+// Progress returns, without the latch, a reading of the entry that waiting
+// request r is queued on that moves with every grant on the name: its
+// token counter, which every grant under the latch moves, and with barges
+// (a bounded table's fast path, which counts its grants in the fast word)
+// also the fast word's counter. A hint for spinning waiters (is the queue
+// moving? is the name in use?); the sum of two counters may repeat across
+// grants, which only ends a spin sooner.
+func (t *Table) Progress(r Ref, barges bool) uint64 {
 	if r.Slot >= uint32(t.l.MaxRequests) {
 		return 0
 	}
@@ -385,5 +389,10 @@ func (t *Table) Progress(r Ref) uint64 {
 	if e >= uint32(t.l.MaxResources) {
 		return 0
 	}
-	return atomic.LoadUint64(t.u64(t.entryOff(e) + enToken))
+	eo := t.entryOff(e)
+	p := atomic.LoadUint64(t.u64(eo + enToken))
+	if barges {
+		p += atomic.LoadUint64(t.u64(eo+enFast)) >> 32
+	}
+	return p
 }
