@@ -85,6 +85,19 @@ func TestTurns(t *testing.T) {
 		require.Greater(t, m.agents.Load(), m.usable.Load())
 		require.Zero(t, handOver(t, m))
 	})
+	t.Run("crowded, bounded", func(t *testing.T) {
+		path := tablePath(t)
+		o := OpenOptions{Fairness: Bounded(time.Hour)}
+		o.MaxResources, o.MaxRequests, o.MaxAgents, o.MaxNameLen = 64, 256, 32, 64
+		m := openM(t, path, &o)
+		for range int(m.usable.Load()) {
+			openM(t, path, nil)
+		}
+		m.cpuAt.Store(0)
+		m.refreshView(m.mono())
+		require.Greater(t, m.agents.Load(), m.usable.Load())
+		require.EqualValues(t, 1, handOver(t, m), "a bounded table hands over, crowded or not")
+	})
 	t.Run("bounded: on without the option", func(t *testing.T) {
 		o := OpenOptions{Fairness: Bounded(time.Hour)}
 		o.MaxResources, o.MaxRequests, o.MaxAgents, o.MaxNameLen = 64, 256, 32, 64
