@@ -73,8 +73,12 @@ func newWaitRecorder(ctl []byte, id int) waitRecorder {
 
 // record counts a wait of ns nanoseconds: the longest first, so that a
 // wait the parent finds in the histogram is never above the longest it
-// reads after.
+// reads after. A negative wait counts as 0: the two readings may come from
+// two CPUs whose time-stamp counters differ by a little (a guest's vCPUs),
+// and as an unsigned number it was once reported as the longest wait of a
+// run (18446744073708876 µs).
 func (r waitRecorder) record(ns int64) {
+	ns = max(ns, 0)
 	for {
 		old := atomic.LoadUint64(r.longest)
 		if uint64(ns) <= old || atomic.CompareAndSwapUint64(r.longest, old, uint64(ns)) {
@@ -186,6 +190,21 @@ func TestBenchWaitBuckets(t *testing.T) {
 			require.LessOrEqual(t, top, 1.25*float64(ns)+1, "%d ns in bucket %d (top %v)", ns, i, top)
 		}
 	}
+}
+
+// TestBenchWaitRecorder: the longest wait is the largest recorded, and a
+// negative wait (clocks of two CPUs) counts as 0 in both the histogram and
+// the longest.
+func TestBenchWaitRecorder(t *testing.T) {
+	words := make([]uint64, (ctlSize+7)/8) // 8-byte aligned, as the mapping is
+	r := newWaitRecorder(unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), ctlSize), 0)
+	r.record(-700)
+	require.Zero(t, *r.longest)
+	require.EqualValues(t, 1, r.hist[0])
+	r.record(1500)
+	r.record(900)
+	require.EqualValues(t, 1500, *r.longest)
+	require.EqualValues(t, 1, r.hist[benchWaitBucket(1500)])
 }
 
 // cpusAllowed is the number of CPUs this process may run on.
