@@ -28,7 +28,9 @@ import (
 // queue in the same cases, so IfAvailable may be granted while requests
 // are queued. Steal, abort, reaping, deadlock detection and WaitUnlocked
 // keep their contracts; WaitUnlocked returns when a request in its mode
-// would have been granted at once, a barge included.
+// would have been granted at once, a barge included. A Manager on a
+// bounded table applies OpenOptions.HandOver's rules whatever its options
+// say, so that the goroutines of a process take turns at the name.
 type Fairness struct {
 	bounded bool
 	d       time.Duration
