@@ -59,6 +59,39 @@ func crashWhileBatching(e *crashEnv, point string) {
 	}
 }
 
+// TestCrashTurnGrant: batch.granted reached by a turn (ReleaseTurn) instead
+// of the aging batch. V holds x and asks for it again (V2); P waits for x
+// (P1, ahead of V2). V's release is a turn (the test hook: every grant):
+// it grants V2 ahead of P1 and dies there, latch held. P's reap of V takes
+// the latch over, V2 goes with V, and P1 gets x.
+func TestCrashTurnGrant(t *testing.T) {
+	path := tablePath(t)
+	e := &crashEnv{t: t, path: path, m: openM(t, path, crashGeometry)}
+	e.bounded(-1)
+	v := spawn(e.t, e.path, nil)
+	v.Send("acquire x")
+	tv := tokenOf(v.Expect("acquired x"))
+	w := acquireAsync(ctxT(e.t, eventually), e.m, "x", RequestOptions{})
+	waitPending(e.t, e.m, "x", 1)
+	v.Send("acquire x")
+	waitPending(e.t, e.m, "x", 2)
+	v.Send("turns 1")
+	v.Expect("turns 1")
+	v.Send("crash batch.granted")
+	v.Expect("armed")
+	v.Send("release x")
+	e.died(v)
+	l := mustGrant(e.t, w, "P after V died handing a turn to its own request ahead of P's")
+	if l.Token() <= tv+1 {
+		e.t.Fatalf("P's token %d: not above V's %d and V2's grant", l.Token(), tv)
+	}
+	check(e.t, e.m)
+	if err := l.Release(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.verify()
+}
+
 // TestCrashFastBargeWithQueue: the same with V's exclusive request, which
 // takes x by the fast path ahead of H's queued request (the entry was handed
 // to the fast path with its queue) and dies just after its CAS (fast.held):

@@ -313,7 +313,7 @@ func (l *Lock) release(word uint64) error {
 	// No in-flight count here (the uncontended path saves two atomic adds):
 	// a Close racing with this Release leaves the mapping valid (see Close)
 	// and frees our slot, so the table finds it no longer ours and does nothing.
-	poked, err := m.tableRelease(l.ref)
+	poked, err := m.tableRelease(l.ref, m.bounded && m.turnDue(l.token))
 	switch {
 	case err == nil:
 		if m.handOver { // one plain load on every Release; the rest is a call
@@ -357,10 +357,14 @@ func (l *Lock) release(word uint64) error {
 // fault on the mapping (the file truncated under us) returned as
 // ErrCorrupt: the Lock then stays held and releasable, as for any table
 // error.
-func (m *Manager) tableRelease(ref table.Ref) (poked int, err error) {
+func (m *Manager) tableRelease(ref table.Ref, turn bool) (poked int, err error) {
 	defer table.EndGuard(table.BeginGuard(), &err, m.faultFn)
 	var w table.Wakes
-	err = m.t.Release(m.a, ref, &w)
+	if turn {
+		err = m.t.ReleaseTurn(m.a, ref, &w) // turns.go
+	} else {
+		err = m.t.Release(m.a, ref, &w)
+	}
 	if !w.Empty() {
 		poked = m.deliver(&w)
 	}

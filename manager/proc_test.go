@@ -197,6 +197,10 @@ func childMain(args []string) int {
 			d, _ := time.ParseDuration(f[1])
 			testhooks.FairnessSkew.Store(int64(d))
 			say("skewed %s", f[1])
+		case "turns": // turns N: every N-th grant a release of ours makes a turn (manager/turns.go)
+			n, _ := strconv.ParseUint(f[1], 10, 64)
+			testhooks.TurnEvery.Store(n)
+			say("turns %d", n)
 		case "coowner": // coowner PGID -> "coowned" (coowner_test.go)
 			childCoOwner(m, f)
 		case "reenter", "releasechild", "releaseouter":

@@ -257,14 +257,14 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		}
 		crowded := m.agents.Load() > m.usable.Load()
 		if m.bounded && i&3 == 0 {
-			// A bounded table left us the name (fairness.go): take it, the
-			// next look returns the grant; with patience (turnPatience)
-			// only once it has stayed free.
+			// A bounded table left us the name (fairness.go): take it once
+			// it has stayed free for turnPatience; the next look returns
+			// the grant.
 			if mark, open := m.t.TurnOpen(m.a, ref); !open {
 				freeAt = 0
-			} else if turnPatient(crowded) && (freeAt == 0 || mark != freeMark) {
+			} else if freeAt == 0 || mark != freeMark {
 				freeAt, freeMark = m.mono(), mark
-			} else if (!turnPatient(crowded) || m.mono()-freeAt >= int64(turnPatience)) && m.takeTurn(ref, false) {
+			} else if m.mono()-freeAt >= int64(turnPatience) && m.takeTurn(ref, false) {
 				continue
 			}
 		}

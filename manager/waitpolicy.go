@@ -54,7 +54,28 @@ func (m *Manager) yieldIfDue() {
 		return // not due, or another goroutine of ours is yielding
 	}
 	cpuYield()
+	if m.bounded && m.ownWaiting() {
+		m.goschedTurn()
+	}
 	m.lastYield.Store(m.mono())
+}
+
+// goschedTurn gives the goroutine's P to the process's other goroutines
+// (tests: yieldHook instead). A Manager on a bounded table does so at every
+// due yield (yieldIfDue, at most once per yieldEvery) while a request of
+// its own waits (with none, at 2 x 1, it cost fairness between the two
+// processes: max/min 2.2-4.1 against 1.3-1.4): a goroutine that
+// takes the name again and again by the fast path never blocks, so until
+// the runtime preempts it (10 ms) the goroutines of its process queued on
+// its P wait, a latch waiter among them, and with it every request on the
+// name's bucket (waits of 10-20 ms at 4 x 4 on 2 CPUs; 3.3-5 ms with this
+// yield: docs/experiments.md).
+func (m *Manager) goschedTurn() {
+	if h := m.yieldHook; h != nil {
+		h()
+		return
+	}
+	runtime.Gosched()
 }
 
 // yieldsOutsideQueue reports whether a Manager that is due to give its
@@ -277,24 +298,19 @@ func spinChoice(oneCPU, bounded, crowded bool, spinners, procs int32, parked uin
 	return spinLooksOnly(oneCPU, spinners, procs, parked), spinYields(crowded, parked, spinners, procs), false
 }
 
-// turnPatience: on a bounded table that is not crowded, a spinning head
-// takes its turn (TakeTurn) only once the name has stayed free this long
-// (no grant on it between two looks: table.TurnOpen's mark). A release
-// leaves the name free, and the releaser, running, usually wants it again
-// within a few hundred ns; a head that looks with nothing but loads between
-// its looks (spinLooksOnly) otherwise takes it first, and the name crosses
-// to another process, with its cache lines, at a quarter of the grants.
-// Measured at 2 x 1 on 2 CPUs: grants crossing processes 21-23% -> 0.4-0.8%,
-// 1.2-1.3x -> 3.0-3.5x flock (1 and 3 µs alike). On a crowded table the
-// spinners give the CPU away between looks (spinsOffCPU), which is patience
-// enough; there this rule cost 8 x 1 and 8 x 2 15-25% (docs/experiments.md).
-// A head that waits for the name longer costs at most this, once per
-// release that nobody follows, against a bound of milliseconds.
+// turnPatience: a spinning head of a bounded table takes its turn
+// (TakeTurn) only once the name has stayed free this long (no grant on it
+// between two looks: table.TurnOpen's mark). A release leaves the name
+// free, and the releaser, running, usually wants it again within a few
+// hundred ns; a head that takes it first moves the name, with its cache
+// lines, to another process. Measured at 2 x 1 on 2 CPUs (the head only
+// looks between looks): grants crossing processes 21-23% -> 0.4-0.8%,
+// 1.2-1.3x -> 3.0-3.5x flock (1 and 3 µs alike); on crowded tables (the
+// head yields between looks) crossings 0.8% -> 0.3% and 4 x 16 and 4 x 4
+// 10-30% more grants per second (docs/experiments.md). A head that waits
+// for the name longer costs at most this, once per release that nobody
+// follows, against a bound of milliseconds.
 const turnPatience = 2 * time.Microsecond
-
-// turnPatient reports whether a spinning head of a bounded table waits
-// turnPatience before it takes a free name: when the table is not crowded.
-func turnPatient(crowded bool) bool { return !crowded }
 
 // spinWindow bounds how many of a Manager's requests spin at once on
 // arrival (and an arrival spins only while fewer than spinWindow of its

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/shmlocks/shmlocks/internal/testhooks"
 )
 
 // TestArrivalSpins: a request that joins a queue may spin while fewer than
@@ -170,14 +173,59 @@ func TestSpinChoiceBounded(t *testing.T) {
 	require.False(t, yields)
 }
 
-// TestTurnPatience: a spinning head of a bounded table waits for the name
-// to stay free only where its spin keeps the CPU (an uncrowded table); on
-// a crowded one its yields between looks are the patience.
+// TestTurnPatience: patience is a small part of a spin's budget.
 func TestTurnPatience(t *testing.T) {
-	require.True(t, turnPatient(false))
-	require.False(t, turnPatient(true))
-	look, _, _ := spinChoice(false, true, false, 1, 2, 0)
-	require.True(t, look, "the uncrowded head that is patient is the one that only looks")
 	require.Positive(t, turnPatience)
 	require.Less(t, turnPatience, defaultSpin/10, "patience is a small part of a spin")
+}
+
+// TestTurnDue: on a bounded table a release is a turn at every
+// turnEvery-th token of a crowded table while a request of the Manager
+// waits; not on an uncrowded table, not at other tokens, not with none of
+// its requests waiting. The test hook makes every TurnEvery-th one a turn,
+// crowded or not.
+func TestTurnDue(t *testing.T) {
+	o := OpenOptions{Fairness: Bounded(time.Hour), MaxResources: 64, MaxRequests: 256, MaxAgents: 32, MaxNameLen: 64}
+	m := openM(t, tablePath(t), &o)
+	m.agents.Store(m.usable.Load() + 1) // crowded, as the view would say
+	require.False(t, m.turnDue(turnEvery), "none of ours waits")
+	m.spinners.Add(1) // one of ours waits
+	defer m.spinners.Add(-1)
+	require.True(t, m.turnDue(turnEvery))
+	require.True(t, m.turnDue(3*turnEvery))
+	require.False(t, m.turnDue(turnEvery+1))
+	m.agents.Store(m.usable.Load()) // not crowded
+	require.False(t, m.turnDue(turnEvery))
+	testhooks.TurnEvery.Store(1)
+	defer testhooks.TurnEvery.Store(0)
+	require.True(t, m.turnDue(turnEvery+1), "the hook: every grant, crowded or not")
+}
+
+// TestBoundedDueYieldGivesTheP: a due yield (yieldIfDue) of a Manager on a
+// bounded table also gives the goroutine's P to the process's others while
+// a request of its own waits; on a FIFO table it gives only the CPU.
+func TestBoundedDueYieldGivesTheP(t *testing.T) {
+	for _, bounded := range []bool{false, true} {
+		o := OpenOptions{MaxResources: 64, MaxRequests: 256, MaxAgents: 32, MaxNameLen: 64}
+		if bounded {
+			o.Fairness = Bounded(time.Hour)
+		}
+		m := openM(t, tablePath(t), &o)
+		var n atomic.Int32
+		m.yieldHook = func() { n.Add(1) }
+		m.lastYield.Store(m.mono() - 2*int64(yieldEvery))
+		m.yieldIfDue()
+		require.Zero(t, n.Load(), "none of ours waits: the CPU only")
+		m.spinners.Add(1) // one of ours waits
+		m.lastYield.Store(m.mono() - 2*int64(yieldEvery))
+		m.yieldIfDue()
+		want := int32(0)
+		if bounded {
+			want = 1
+		}
+		require.Equal(t, want, n.Load(), "bounded %v", bounded)
+		m.yieldIfDue() // not due again
+		require.Equal(t, want, n.Load(), "bounded %v", bounded)
+		m.spinners.Add(-1)
+	}
 }

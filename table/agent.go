@@ -253,7 +253,7 @@ func (t *Table) removeAgentSlots(a *Agent, idx uint32, word uint64, w *Wakes) er
 					if wordState(sw) == SlotWatching {
 						t.removeWatch(s, sw, e, b)
 					} else {
-						t.removeSlot(s, sw, e, b, w)
+						t.removeSlot(s, sw, e, b, w, false)
 					}
 				}
 				t.unlatch(a, b)

@@ -121,7 +121,9 @@ func (t *Table) mayBarge(eo uint64) bool {
 // passOn re-processes e's queue after a holder or a waiter left it
 // (removeSlot, repair); from is the agent whose hold ended (noAgent for a
 // waiter that left, or a repair). FIFO, or a head that has waited the
-// bound: the head is granted (processQueue). A head that has waited half
+// bound: the head is granted (processQueue). A turn (ReleaseTurn): from's
+// oldest queued request is granted if it fits the holders, ahead of older
+// requests of other agents (grantQueued, crash point batch.granted). A head that has waited half
 // the bound (aging): from's oldest queued request is granted if it has
 // waited half the bound too and fits the holders (batch.granted), else the
 // head if it is awake. Otherwise, if the head could be granted, the name is
@@ -129,7 +131,7 @@ func (t *Table) mayBarge(eo uint64) bool {
 // request takes the name first. With ring (repair, after a dead latch owner) the head's
 // agent is rung even if its park mark says it is awake: the dead owner may
 // have cleared the mark and never rung.
-func (t *Table) passOn(e uint32, w *Wakes, ring bool, from uint32) {
+func (t *Table) passOn(e uint32, w *Wakes, ring bool, from uint32, turn bool) {
 	if t.l.bound == 0 {
 		t.processQueue(e, w)
 		return
@@ -147,6 +149,16 @@ func (t *Table) passOn(e uint32, w *Wakes, ring bool, from uint32) {
 	if !t.waitedUnder(so, now) {
 		t.processQueue(e, w) // starved: hand-offs in arrival order
 		return
+	}
+	if turn {
+		if s := t.firstOf(eo, from); s != noSlot {
+			if s == head-1 {
+				t.processQueue(e, w)
+			} else {
+				t.grantQueued(e, s, w) // a turn inside the releasing process
+			}
+			return
+		}
 	}
 	if !t.waitedUnderHalf(so, now) {
 		if s := t.agingOf(eo, from, now); s != noSlot && s != head-1 {
@@ -200,6 +212,16 @@ const noSlot = ^uint32(0)
 // first of a's in queue order) if it has waited half the bound at now and
 // fits the holders, else noSlot.
 func (t *Table) agingOf(eo uint64, a uint32, now int64) uint32 {
+	s := t.firstOf(eo, a)
+	if s == noSlot || t.waitedUnderHalf(t.slotOff(s), now) {
+		return noSlot
+	}
+	return s
+}
+
+// firstOf returns the oldest queued request of agent a on entry eo (the
+// first of a's in queue order) if it fits the holders, else noSlot.
+func (t *Table) firstOf(eo uint64, a uint32) uint32 {
 	if a == noAgent {
 		return noSlot
 	}
@@ -207,7 +229,7 @@ func (t *Table) agingOf(eo uint64, a uint32, now int64) uint32 {
 	for steps := 0; s != 0 && s-1 < uint32(t.l.MaxRequests) && steps < t.l.MaxRequests; steps++ {
 		so := t.slotOff(s - 1)
 		if wordAgent(atomic.LoadUint64(t.u64(so+slWord))) == a {
-			if t.waitedUnderHalf(so, now) || !compatible(t, eo, t.ld32(so+slMode)) {
+			if !compatible(t, eo, t.ld32(so+slMode)) {
 				return noSlot
 			}
 			return s - 1

@@ -392,3 +392,97 @@ func TestBoundedAgingWakesASleepingHead(t *testing.T) {
 	require.True(t, rung(w, b))
 	release(b, b2)
 }
+
+// TestBoundedReleaseTurn: on a bounded table, ReleaseTurn grants the
+// releasing agent's oldest queued request ahead of older requests of other
+// agents, from a fast hold or a latched one; it grants the head when the
+// agent has none queued, and when the head has waited the bound; the queue
+// keeps its order, tokens increase and the checker passes. On a FIFO table
+// it is Release.
+func TestBoundedReleaseTurn(t *testing.T) {
+	tb := newBoundedTable(t, time.Hour)
+	a, b := registerPID(t, tb, 241), registerPID(t, tb, 242)
+	h := Hash("n")
+	var last uint64
+	acquire := func(ag *Agent, want Outcome) Ref {
+		t.Helper()
+		var w Wakes
+		ref, out, tok, err := tb.Acquire(ag, "n", h, ModeExclusive, false, false, &w)
+		require.NoError(t, err)
+		require.Equal(t, want, out)
+		if out == Granted {
+			require.Greater(t, tok, last)
+			last = tok
+		}
+		return ref
+	}
+	held := func(ag *Agent, r Ref) bool {
+		t.Helper()
+		st, tok, ok := tb.Status(ag, r)
+		require.True(t, ok)
+		if st == SlotHeld {
+			require.Greater(t, tok, last)
+			last = tok
+		}
+		return st == SlotHeld
+	}
+	turn := func(ag *Agent, r Ref) {
+		t.Helper()
+		var w Wakes
+		require.NoError(t, tb.ReleaseTurn(ag, r, &w))
+		require.NoError(t, tb.Check(ag))
+	}
+
+	var w Wakes
+	first := acquire(a, Granted)
+	b1 := acquire(b, Queued)
+	require.NoError(t, tb.Release(a, first, &w)) // left free to b1, on the fast path with its queue
+	fast, tok, out := tb.AcquireFast(a, "n", h, &w)
+	require.Equal(t, Granted, out, "a barge by the fast path")
+	require.GreaterOrEqual(t, fast.Slot, uint32(tb.l.MaxRequests), "a fast hold")
+	require.Greater(t, tok, last)
+	last = tok
+	a1 := acquire(a, Queued)
+	turn(a, fast)
+	require.True(t, held(a, a1), "a's own request goes ahead of b's older one")
+	require.False(t, held(b, b1))
+	require.Equal(t, b1.Slot+1, tb.ld32(tb.entryOff(tb.slotEntry(b1.Slot))+enQHead), "the queue keeps its order")
+
+	a2 := acquire(a, Queued)
+	turn(a, a1) // a latched hold
+	require.True(t, held(a, a2))
+	turn(a, a2) // none of a's left: as Release, the name is left to the head
+	require.False(t, held(b, b1))
+	ok, err := tb.TakeTurn(b, b1, &w)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, held(b, b1))
+
+	a3 := acquire(a, Queued)
+	b2 := acquire(b, Queued)
+	*tb.u64(tb.slotOff(a3.Slot) + slEnqueue) = uint64(nowNano() - int64(2*time.Hour)) // starved
+	turn(b, b1)
+	require.True(t, held(a, a3), "a head that has waited the bound goes first")
+	require.False(t, held(b, b2))
+	require.NoError(t, tb.Release(a, a3, &w))
+	require.NoError(t, tb.Check(a))
+
+	// FIFO: ReleaseTurn is Release (the head is granted).
+	ft, _, err := OpenFair(filepath.Join(t.TempDir(), "f.tbl"), Geometry{MaxResources: 8, MaxRequests: 16, MaxAgents: 4, MaxNameLen: 16}, 0, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { ft.Close() })
+	require.Zero(t, ft.Bound())
+	c, d := registerPID(t, ft, 243), registerPID(t, ft, 244)
+	hc, _, _, err := ft.Acquire(c, "n", h, ModeExclusive, false, false, &w)
+	require.NoError(t, err)
+	d1, out, _, _ := ft.Acquire(d, "n", h, ModeExclusive, false, false, &w)
+	require.Equal(t, Queued, out)
+	c1, out, _, _ := ft.Acquire(c, "n", h, ModeExclusive, false, false, &w)
+	require.Equal(t, Queued, out)
+	require.NoError(t, ft.ReleaseTurn(c, hc, &w))
+	st, _, _ := ft.Status(d, d1)
+	require.EqualValues(t, SlotHeld, st, "FIFO: the head")
+	st, _, _ = ft.Status(c, c1)
+	require.EqualValues(t, SlotWaiting, st)
+	require.NoError(t, ft.Check(c))
+}

@@ -186,14 +186,28 @@ func (t *Table) MarkParked(r Ref, parked bool) {
 // Release gives up held request r. It returns ErrStolen if the request was
 // stolen (the slot is freed, nothing else is touched) and ErrNotHeld if it is
 // not held by a (released already, reaped, or never granted).
-func (t *Table) Release(a *Agent, r Ref, w *Wakes) error {
+func (t *Table) Release(a *Agent, r Ref, w *Wakes) error { return t.release(a, r, w, false) }
+
+// ReleaseTurn is Release on a bounded table that hands the name to a's own
+// oldest request queued on it, if one fits the holders, ahead of older
+// requests of other agents (a turn inside the releasing process: the
+// goroutines of a process take turns at a name that its running requests
+// would otherwise keep), unless the head of the queue has waited the bound
+// (then the head is granted, as Release does). A fast hold is moved into
+// the held list first (own), so that its release comes to passOn. On a
+// FIFO table it is Release.
+func (t *Table) ReleaseTurn(a *Agent, r Ref, w *Wakes) error {
+	return t.release(a, r, w, t.l.bound != 0)
+}
+
+func (t *Table) release(a *Agent, r Ref, w *Wakes, turn bool) error {
 	if r.Slot >= t.l.slots || r.Bucket >= t.l.buckets {
 		return ErrNotHeld
 	}
 	fast := r.Slot >= uint32(t.l.MaxRequests)
 	// Granted by the fast path: one CAS gives it back, unless a latch
 	// holder moved it into the held list meanwhile.
-	if fast && t.fastRelease(a, r) {
+	if fast && !turn && t.fastRelease(a, r) {
 		return nil
 	}
 	sp := t.u64(t.slotOff(r.Slot) + slWord)
@@ -214,6 +228,15 @@ func (t *Table) Release(a *Agent, r Ref, w *Wakes) error {
 	if err := t.latch(a, r.Bucket, w); err != nil {
 		return err
 	}
+	if fast && turn {
+		// A turn passes the name on under the latch: make the fast hold a
+		// held-list hold first (as TakeTurn does), if its entry is live in
+		// this bucket (else the checks below report it).
+		if e := r.Slot - uint32(t.l.MaxRequests); e < uint32(t.l.MaxResources) &&
+			atomic.LoadUint32(t.u32(t.entryOff(e)+enState)) == r.Bucket+1 {
+			t.own(e)
+		}
+	}
 	if fast && t.fastRelease(a, r) {
 		// Still a fast hold (only a latch holder moves it, and we hold the latch).
 		t.unlatch(a, r.Bucket)
@@ -233,7 +256,7 @@ func (t *Table) Release(a *Agent, r Ref, w *Wakes) error {
 		t.unlatch(a, r.Bucket)
 		return corruptf("slot entry", e+1, "slot %d is held but its entry is not live in bucket %d", r.Slot, r.Bucket)
 	}
-	t.removeSlot(r.Slot, sw, e, r.Bucket, w)
+	t.removeSlot(r.Slot, sw, e, r.Bucket, w, turn)
 	t.unlatch(a, r.Bucket)
 	return nil
 }
@@ -273,7 +296,7 @@ func (t *Table) Abort(a *Agent, r Ref, w *Wakes) (Outcome, uint64, error) {
 		t.unlatch(a, r.Bucket)
 		return NotAvailable, 0, corruptf("slot entry", e+1, "slot %d waits but its entry is not live in bucket %d", r.Slot, r.Bucket)
 	}
-	t.removeSlot(r.Slot, sw, e, r.Bucket, w)
+	t.removeSlot(r.Slot, sw, e, r.Bucket, w, false)
 	t.unlatch(a, r.Bucket)
 	return NotAvailable, 0, nil
 }

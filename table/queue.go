@@ -136,7 +136,7 @@ func (t *Table) unlink(s uint32, headOff, tailOff uint64) {
 
 // removeSlot takes waiting or held slot s (word sw) of entry e out of its
 // list, frees it, re-processes the queue and frees the entry if it is empty.
-func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
+func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes, turn bool) {
 	eo := t.entryOff(e)
 	// A bounded table's entry with waiters may be on the fast path
 	// (fairness.go): take it back first (one load when it is latched).
@@ -158,7 +158,7 @@ func (t *Table) removeSlot(s uint32, sw uint64, e, b uint32, w *Wakes) {
 	if wordState(sw) == SlotHeld {
 		from = wordAgent(sw)
 	}
-	t.passOn(e, w, false, from) // processQueue, or a bounded table's choice (fairness.go)
+	t.passOn(e, w, false, from, turn) // processQueue, or a bounded table's choice (fairness.go)
 	t.wakeAhead(e, w)
 	t.touch(e, w)
 	t.entryEmptied(e, b)

@@ -135,8 +135,8 @@ func (t *Table) repair(a *Agent, b uint32, w *Wakes) {
 	atomic.StoreUint32(t.u32(bo+bkHead), chain)
 	crash("repair.rebuilt")
 	for _, e := range live {
-		t.passOn(e, w, true, noAgent) // processQueue, or a bounded table's choice (fairness.go)
-		t.touch(e, w)                 // the dead owner may have changed it without ringing
+		t.passOn(e, w, true, noAgent, false) // processQueue, or a bounded table's choice (fairness.go)
+		t.touch(e, w)                        // the dead owner may have changed it without ringing
 		if t.latchIdle(t.entryOff(e)) {
 			t.freeEntry(e, b) // the dead owner may have been renaming it
 		}

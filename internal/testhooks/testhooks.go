@@ -37,3 +37,9 @@ var BreakExclusion atomic.Bool
 // that a test can make requests look as old as it needs (a second half of
 // an hour-long bound) without waiting.
 var FairnessSkew atomic.Int64
+
+// TurnEvery, when not 0, makes every Manager of this process on a table of
+// bounded fairness hand the name to its own oldest queued request at every
+// TurnEvery-th grant of a name (manager/turns.go), crowded table or not,
+// so that a test can make a release a turn when it needs one.
+var TurnEvery atomic.Uint64
