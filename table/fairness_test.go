@@ -21,6 +21,53 @@ func newBoundedTable(t *testing.T, bound time.Duration) *Table {
 	return tb
 }
 
+// oneName drives exclusive requests on the name "n" of a table in a test,
+// checking that every grant it sees has a fencing token above the last.
+type oneName struct {
+	t    *testing.T
+	tb   *Table
+	last uint64
+}
+
+// acquire makes an exclusive request of ag on "n" and checks its outcome.
+func (n *oneName) acquire(ag *Agent, want Outcome) Ref {
+	n.t.Helper()
+	var w Wakes
+	ref, out, tok, err := n.tb.Acquire(ag, "n", Hash("n"), ModeExclusive, false, false, &w)
+	require.NoError(n.t, err)
+	require.Equal(n.t, want, out)
+	if out == Granted {
+		n.granted(tok)
+	}
+	return ref
+}
+
+// granted checks a grant's token against the last one seen.
+func (n *oneName) granted(tok uint64) {
+	n.t.Helper()
+	require.Greater(n.t, tok, n.last)
+	n.last = tok
+}
+
+// state returns r's slot state (a grant's token checked).
+func (n *oneName) state(ag *Agent, r Ref) uint8 {
+	n.t.Helper()
+	st, tok, ok := n.tb.Status(ag, r)
+	require.True(n.t, ok)
+	if st == SlotHeld {
+		n.granted(tok)
+	}
+	return st
+}
+
+// held reports whether r is held (a grant's token checked).
+func (n *oneName) held(ag *Agent, r Ref) bool { return n.state(ag, r) == SlotHeld }
+
+// age makes queued request r look d old.
+func (n *oneName) age(r Ref, d time.Duration) {
+	*n.tb.u64(n.tb.slotOff(r.Slot) + slEnqueue) = uint64(nowNano() - int64(d))
+}
+
 // TestStarvedGrantRingsARungHead: a head rung to take its turn (mark
 // markRung) that has not run when it is granted by a starved hand-off is
 // rung again at that grant: its wake-up does not rest on the first ring
@@ -249,33 +296,9 @@ func TestBoundedTakeTurnOnlyTheHead(t *testing.T) {
 func TestBoundedAgingServesTheReleasersOwnFirst(t *testing.T) {
 	tb := newBoundedTable(t, time.Hour)
 	a, b := registerPID(t, tb, 221), registerPID(t, tb, 222)
-	h := Hash("n")
 	var w Wakes
-	var last uint64
-	acquire := func(ag *Agent, want Outcome) Ref {
-		t.Helper()
-		ref, out, tok, err := tb.Acquire(ag, "n", h, ModeExclusive, false, false, &w)
-		require.NoError(t, err)
-		require.Equal(t, want, out)
-		if out == Granted {
-			require.Greater(t, tok, last)
-			last = tok
-		}
-		return ref
-	}
-	age := func(r Ref, d time.Duration) {
-		*tb.u64(tb.slotOff(r.Slot) + slEnqueue) = uint64(nowNano() - int64(d))
-	}
-	granted := func(ag *Agent, r Ref) bool {
-		t.Helper()
-		st, tok, ok := tb.Status(ag, r)
-		require.True(t, ok)
-		if st == SlotHeld {
-			require.Greater(t, tok, last)
-			last = tok
-		}
-		return st == SlotHeld
-	}
+	n := &oneName{t: t, tb: tb}
+	acquire, age, granted := n.acquire, n.age, n.held
 	held := acquire(a, Granted)
 	b1 := acquire(b, Queued)
 	a1 := acquire(a, Queued)
@@ -317,20 +340,8 @@ func TestBoundedAgingServesTheReleasersOwnFirst(t *testing.T) {
 func TestBoundedAgingWakesASleepingHead(t *testing.T) {
 	tb := newBoundedTable(t, time.Hour)
 	a, b, c := registerPID(t, tb, 231), registerPID(t, tb, 232), registerPID(t, tb, 233)
-	h := Hash("n")
-	var last uint64
-	acquire := func(ag *Agent, want Outcome) Ref {
-		t.Helper()
-		var w Wakes
-		ref, out, tok, err := tb.Acquire(ag, "n", h, ModeExclusive, false, false, &w)
-		require.NoError(t, err)
-		require.Equal(t, want, out)
-		if out == Granted {
-			require.Greater(t, tok, last)
-			last = tok
-		}
-		return ref
-	}
+	n := &oneName{t: t, tb: tb}
+	acquire, status := n.acquire, n.state
 	release := func(ag *Agent, r Ref) Wakes {
 		t.Helper()
 		var w Wakes
@@ -345,15 +356,6 @@ func TestBoundedAgingWakesASleepingHead(t *testing.T) {
 			}
 		}
 		return false
-	}
-	status := func(ag *Agent, r Ref) uint8 {
-		st, tok, ok := tb.Status(ag, r)
-		require.True(t, ok)
-		if st == SlotHeld {
-			require.Greater(t, tok, last)
-			last = tok
-		}
-		return st
 	}
 	park := func(r Ref) uint32 { return atomic.LoadUint32(tb.u32(tb.slotOff(r.Slot) + slPark)) }
 
@@ -403,29 +405,8 @@ func TestBoundedReleaseTurn(t *testing.T) {
 	tb := newBoundedTable(t, time.Hour)
 	a, b := registerPID(t, tb, 241), registerPID(t, tb, 242)
 	h := Hash("n")
-	var last uint64
-	acquire := func(ag *Agent, want Outcome) Ref {
-		t.Helper()
-		var w Wakes
-		ref, out, tok, err := tb.Acquire(ag, "n", h, ModeExclusive, false, false, &w)
-		require.NoError(t, err)
-		require.Equal(t, want, out)
-		if out == Granted {
-			require.Greater(t, tok, last)
-			last = tok
-		}
-		return ref
-	}
-	held := func(ag *Agent, r Ref) bool {
-		t.Helper()
-		st, tok, ok := tb.Status(ag, r)
-		require.True(t, ok)
-		if st == SlotHeld {
-			require.Greater(t, tok, last)
-			last = tok
-		}
-		return st == SlotHeld
-	}
+	n := &oneName{t: t, tb: tb}
+	acquire, held := n.acquire, n.held
 	turn := func(ag *Agent, r Ref) {
 		t.Helper()
 		var w Wakes
@@ -440,8 +421,7 @@ func TestBoundedReleaseTurn(t *testing.T) {
 	fast, tok, out := tb.AcquireFast(a, "n", h, &w)
 	require.Equal(t, Granted, out, "a barge by the fast path")
 	require.GreaterOrEqual(t, fast.Slot, uint32(tb.l.MaxRequests), "a fast hold")
-	require.Greater(t, tok, last)
-	last = tok
+	n.granted(tok)
 	a1 := acquire(a, Queued)
 	turn(a, fast)
 	require.True(t, held(a, a1), "a's own request goes ahead of b's older one")
