@@ -40,7 +40,7 @@ type OpenOptions struct {
 	// take a released name first, and without the hand-over the
 	// goroutines that sleep get a share of the grants only at the
 	// bound's hand-offs: at 1 x 64 on 2 CPUs max/min grants per goroutine
-	// 2.3-4.7 without, 1.2 with, for 10% fewer grants; docs/design.md §4).
+	// 2.3-4.7 without, 1.2 with, for 18% fewer grants; docs/design.md §4).
 	HandOver bool
 
 	// Fairness is the order in which the table grants a name's requests:

@@ -128,9 +128,9 @@ func (t *Table) mayBarge(eo uint64) bool {
 // waited half the bound too and fits the holders (batch.granted), else the
 // head if it is awake. Otherwise, if the head could be granted, the name is
 // left free for it and it is woken to take it (TakeTurn) unless a running
-// request takes the name first. With ring (repair, after a dead latch owner) the head's
-// agent is rung even if its park mark says it is awake: the dead owner may
-// have cleared the mark and never rung.
+// request takes the name first. With ring (repair, after a dead latch
+// owner) the head's agent is rung even if its park mark says it is awake:
+// the dead owner may have cleared the mark and never rung.
 func (t *Table) passOn(e uint32, w *Wakes, ring bool, from uint32, turn bool) {
 	if t.l.bound == 0 {
 		t.processQueue(e, w)
