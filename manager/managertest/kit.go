@@ -108,6 +108,19 @@ func MustFail(t testing.TB, ch <-chan Result, target error, what string) error {
 	return nil
 }
 
+// WaitBound waits out m's fairness bound when it is shorter than
+// QuietPeriod (a table of bounded fairness): the requests queued before the
+// call have then waited the bound, so the releases that follow serve them in
+// arrival order (no aging batch of the releasing process goes ahead of an
+// older head). A longer bound is not reached within a test and leaves every
+// freed name to its head, so there is nothing to wait for. The time waited
+// is the condition itself, not a stand-in for an event.
+func WaitBound(m *manager.Manager) {
+	if d, bounded := m.Fairness().IsBounded(); bounded && d < QuietPeriod {
+		time.Sleep(d)
+	}
+}
+
 // WaitPending waits up to Eventually until m's Query shows k pending
 // requests on n, and returns them.
 func WaitPending(t testing.TB, m *manager.Manager, n string, k int) []manager.LockInfo {
