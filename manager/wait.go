@@ -269,7 +269,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			}
 		}
 		parked, spinners := atomic.LoadUint32(m.a.Parked()), m.spinners.Load()
-		lookOnly, yields, ownFirst := spinChoice(oneCPU, m.bounded, crowded, spinners, procs, parked)
+		lookOnly, yields, ownFirst := spinChoice(oneCPU, m.bounded, crowded, spinners, procs, parked, m.gaveP.Load())
 		if i&7 == 7 && (!lookOnly || i&63 == 63) {
 			// The budget is adaptive: it restarts whenever the queue moves
 			// (a grant on the name), so a waiter keeps its CPU while its
@@ -307,7 +307,11 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			if ownFirst {
 				runtime.Gosched()
 			}
-			cpuYield()
+			if h := m.spinYieldHook; h != nil {
+				h()
+			} else {
+				cpuYield()
+			}
 		default:
 			runtime.Gosched()
 		}

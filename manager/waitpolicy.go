@@ -37,6 +37,9 @@ type machineView struct {
 	usable    atomic.Int32 // min(cpus, GOMAXPROCS), as of cpuAt
 	procs     atomic.Int32 // GOMAXPROCS, as of cpuAt
 	agents    atomic.Int32 // live agents on the table, as of cpuAt
+	gaveP     atomic.Int32 // goroutines of ours in goschedTurn now: they gave their P away and wait for one
+
+	spinYieldHook func() // tests: called instead of cpuYield by a spinner that gives its CPU to the OS
 }
 
 // yieldDue reports whether this Manager has kept its CPU for yieldEvery.
@@ -69,13 +72,16 @@ func (m *Manager) yieldIfDue() {
 // the runtime preempts it (10 ms) the goroutines of its process queued on
 // its P wait, a latch waiter among them, and with it every request on the
 // name's bucket (waits of 10-20 ms at 4 x 4 on 2 CPUs; 3.3-5 ms with this
-// yield: docs/experiments.md).
+// yield: docs/experiments.md). It is counted in gaveP until it runs again:
+// the process's spinners then give it a P (spinChoice's ownFirst).
 func (m *Manager) goschedTurn() {
+	m.gaveP.Add(1)
 	if h := m.yieldHook; h != nil {
 		h()
-		return
+	} else {
+		runtime.Gosched()
 	}
-	runtime.Gosched()
+	m.gaveP.Add(-1)
 }
 
 // yieldsOutsideQueue reports whether a Manager that is due to give its
@@ -285,15 +291,21 @@ func spinsOffCPU(bounded, crowded bool) bool {
 // its step gives the CPU to the OS (spinYields, spinsOffCPU) or to its own
 // goroutines (spinStep decides with it). ownFirst: before it gives the CPU
 // to the OS it gives its P to its own goroutines (a spinner of a crowded
-// bounded table while a request of its Manager sleeps): a grant to that
-// request readies its goroutine on the P of whoever pokes it, often this
-// spinner's (the runtime's runnext), and a sched_yield keeps the P, so the
-// granted request would wait for the spin to end. With it, 8 x 2 on 2 CPUs
-// did 1.35x the grants per second; with it also when none sleeps, 8 x 1 lost
-// 15-20% to the Gosched calls (docs/experiments.md).
-func spinChoice(oneCPU, bounded, crowded bool, spinners, procs int32, parked uint32) (lookOnly, yields, ownFirst bool) {
+// bounded table while a request of its Manager sleeps, or while a goroutine
+// of its Manager waits for a P after it gave its own away: gaveP,
+// goschedTurn). A grant to a sleeping request readies its goroutine on the
+// P of whoever pokes it, often this spinner's (the runtime's runnext), and
+// a sched_yield keeps the P, so the granted request would wait for the
+// spin to end. With it, 8 x 2 on 2 CPUs did 1.35x the grants per second;
+// with it also when none sleeps, 8 x 1 lost 15-20% to the Gosched calls. A
+// goroutine that gave its P at a due yield (a request about to queue, or a
+// releaser) waited, while every P of its process was a spinner's, until the
+// runtime preempted one (10 ms): those were the longest waits at 4 x 4 and
+// 4 x 16 on 2 CPUs, 6.5-11 ms, and 3-5 ms with this rule
+// (docs/experiments.md).
+func spinChoice(oneCPU, bounded, crowded bool, spinners, procs int32, parked uint32, gaveP int32) (lookOnly, yields, ownFirst bool) {
 	if spinsOffCPU(bounded, crowded) {
-		return false, true, parked > 0
+		return false, true, parked > 0 || gaveP > 0
 	}
 	return spinLooksOnly(oneCPU, spinners, procs, parked), spinYields(crowded, parked, spinners, procs), false
 }

@@ -150,26 +150,29 @@ func TestSpinChoiceBounded(t *testing.T) {
 		spinners int32
 		parked   uint32
 	}{{1, 0}, {1, 1}, {2, 0}, {2, 3}, {1, 14}} {
-		look, yields, own := spinChoice(false, true, true, c.spinners, 2, c.parked)
-		require.False(t, look, "bounded, crowded %+v", c)
-		require.True(t, yields, "bounded, crowded %+v", c)
-		require.Equal(t, c.parked > 0, own, "bounded, crowded %+v: our own goroutines first while one of ours sleeps", c)
-		for _, crowded := range []bool{false, true} {
-			flook, fyields, fown := spinChoice(false, false, crowded, c.spinners, 2, c.parked)
-			require.False(t, fown, "FIFO %v %+v", crowded, c)
-			require.Equal(t, spinLooksOnly(false, c.spinners, 2, c.parked), flook, "FIFO %v %+v", crowded, c)
-			require.Equal(t, spinYields(crowded, c.parked, c.spinners, 2), fyields, "FIFO %v %+v", crowded, c)
+		for _, gaveP := range []int32{0, 1} {
+			look, yields, own := spinChoice(false, true, true, c.spinners, 2, c.parked, gaveP)
+			require.False(t, look, "bounded, crowded %+v", c)
+			require.True(t, yields, "bounded, crowded %+v", c)
+			require.Equal(t, c.parked > 0 || gaveP > 0, own,
+				"bounded, crowded %+v, gaveP %d: our own goroutines first while one of ours sleeps or waits for a P", c, gaveP)
+			for _, crowded := range []bool{false, true} {
+				flook, fyields, fown := spinChoice(false, false, crowded, c.spinners, 2, c.parked, gaveP)
+				require.False(t, fown, "FIFO %v %+v", crowded, c)
+				require.Equal(t, spinLooksOnly(false, c.spinners, 2, c.parked), flook, "FIFO %v %+v", crowded, c)
+				require.Equal(t, spinYields(crowded, c.parked, c.spinners, 2), fyields, "FIFO %v %+v", crowded, c)
+			}
+			blook, byields, bown := spinChoice(false, true, false, c.spinners, 2, c.parked, gaveP)
+			require.False(t, bown, "bounded, uncrowded %+v", c)
+			require.Equal(t, spinLooksOnly(false, c.spinners, 2, c.parked), blook, "bounded, uncrowded %+v", c)
+			require.Equal(t, spinYields(false, c.parked, c.spinners, 2), byields, "bounded, uncrowded %+v", c)
 		}
-		blook, byields, bown := spinChoice(false, true, false, c.spinners, 2, c.parked)
-		require.False(t, bown, "bounded, uncrowded %+v", c)
-		require.Equal(t, spinLooksOnly(false, c.spinners, 2, c.parked), blook, "bounded, uncrowded %+v", c)
-		require.Equal(t, spinYields(false, c.parked, c.spinners, 2), byields, "bounded, uncrowded %+v", c)
 	}
 	// The cases this rule changes: a FIFO table's lone spinner (8 x 1) only
 	// looks, and 8 x 2's spinner beside one sleeping sibling uses Gosched.
-	look, _, _ := spinChoice(false, false, true, 1, 2, 0)
+	look, _, _ := spinChoice(false, false, true, 1, 2, 0, 0)
 	require.True(t, look)
-	_, yields, _ := spinChoice(false, false, true, 1, 2, 1)
+	_, yields, _ := spinChoice(false, false, true, 1, 2, 1, 0)
 	require.False(t, yields)
 }
 
@@ -227,5 +230,53 @@ func TestBoundedDueYieldGivesTheP(t *testing.T) {
 		m.yieldIfDue() // not due again
 		require.Equal(t, want, n.Load(), "bounded %v", bounded)
 		m.spinners.Add(-1)
+	}
+}
+
+// TestSpinnerGivesThePBack: on a crowded bounded table a spinner that
+// gives its CPU to the OS between looks (and keeps its P) gives the P to a
+// goroutine of its Manager that gave its own away at a due yield
+// (goschedTurn) at its next look. With one P the goroutine otherwise waits
+// for the runtime to preempt the spinner (10 ms of looks): the longest
+// waits at 4 x 4 and 4 x 16 on 2 CPUs. Counted in looks, not timed.
+func TestSpinnerGivesThePBack(t *testing.T) {
+	if cpusAllowed() < 2 {
+		t.Skip("a process confined to one CPU parks after two looks (spinStep): no spinner to look at")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	path := tablePath(t)
+	o := OpenOptions{Fairness: Bounded(time.Hour), SpinLimit: time.Minute, MaxResources: 64, MaxRequests: 256, MaxAgents: 32, MaxNameLen: 64}
+	b := openM(t, path, &o) // the holder; with it the table has more agents than our one P
+	a := openM(t, path, &o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	held, err := b.Acquire(ctx, "n", RequestOptions{})
+	require.NoError(t, err)
+	var looks atomic.Int64
+	a.spinYieldHook = func() { looks.Add(1); cpuYield() }
+	got := make(chan error, 1)
+	go func() {
+		l, err := a.Acquire(ctx, "n", RequestOptions{})
+		if err == nil {
+			err = l.Release()
+		}
+		got <- err
+	}()
+	for a.spinners.Load() == 0 || looks.Load() == 0 {
+		require.NoError(t, ctx.Err(), "the request never spun")
+		runtime.Gosched()
+	}
+	require.True(t, a.agents.Load() > a.usable.Load(), "the table is crowded for a")
+	before := looks.Load()
+	a.goschedTurn()
+	require.LessOrEqual(t, looks.Load()-before, int64(2), "the spinner kept the P while we waited for it")
+	require.Zero(t, a.gaveP.Load())
+	require.Equal(t, int32(1), a.spinners.Load(), "still spinning: it gave the P, not up")
+	require.NoError(t, held.Release())
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the spinner was not granted")
 	}
 }
