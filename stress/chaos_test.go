@@ -39,6 +39,18 @@ func runChaos(t *testing.T, cfg Config) *Report {
 	}
 	require.Zero(t, rep.Violations, "violations %v: %q (table kept: %v at %s)\nend of the workers' stderr:\n%s",
 		rep.ViolationsByKind, rep.ViolationMessages, rep.TableKept, rep.Table, lastBytes(stderr.String(), 2048))
+	// Each feature's max/min compares its own positions: together they
+	// span the run's.
+	var hi int64
+	lo := rep.Fairness.Max
+	for _, fr := range rep.Features {
+		require.LessOrEqual(t, fr.Fairness.Min, fr.Fairness.Max)
+		hi, lo = max(hi, fr.Fairness.Max), min(lo, fr.Fairness.Min)
+	}
+	if len(rep.Features) > 0 {
+		require.Equal(t, rep.Fairness.Max, hi, "per process %v", rep.Fairness.PerProcess)
+		require.Equal(t, rep.Fairness.Min, lo, "per process %v", rep.Fairness.PerProcess)
+	}
 	for _, f := range cfg.Features {
 		fr := rep.Features[f]
 		require.Positive(t, fr.Kills, "%s: the supervisor kills each feature in turn", f)

@@ -216,15 +216,31 @@ func TestParseFeatures(t *testing.T) {
 	require.Equal(t, 1, recordsPerGoroutine(nil))
 }
 
+// TestWriteTextFeatures: the features table, with max/min requests per
+// process within each feature; the fairness rows of a run whose processes
+// do different features say so instead of comparing them, and a max/min
+// whose min is 0 is no ratio.
 func TestWriteTextFeatures(t *testing.T) {
 	rep := &Report{Backend: "shmlocks", Features: map[string]FeatureReport{
-		FeatureExec:  {Processes: 1, Requests: 10, Grants: 9, Kills: 4, ExecKills: map[string]int{"wrapper": 2, "command": 1, "group": 1}},
-		FeaturePlain: {Processes: 1, Requests: 100, Grants: 90, Kills: 3},
-	}, ViolationsByKind: map[string]int{"exec": 2}, Violations: 2}
+		FeatureExec:     {Processes: 1, Requests: 10, Grants: 9, Kills: 4, ExecKills: map[string]int{"wrapper": 2, "command": 1, "group": 1}},
+		FeaturePlain:    {Processes: 2, Requests: 100, Grants: 90, Kills: 3, Fairness: FeatureFairness{Max: 60, Min: 40, Ratio: 1.5}},
+		FeatureCoalesce: {Processes: 2, Requests: 70, Grants: 70, Fairness: FeatureFairness{Max: 70, Min: 0}},
+	}, ViolationsByKind: map[string]int{"exec": 2}, Violations: 2,
+		Fairness: Fairness{Max: 70, Min: 0, Goroutine: GoroutineFairness{Max: 35, Min: 0}}}
 	var b strings.Builder
 	require.NoError(t, WriteText(&b, []*Report{rep}))
 	out := b.String()
-	require.Regexp(t, `plain\s+1\s+100\s+90\s+3`, out)
+	require.Regexp(t, `plain\s+2\s+100\s+90\s+3\s+1\.50`, out)
+	require.Regexp(t, `exec\s+1\s+10\s+9\s+4\s+-`, out)
+	require.Regexp(t, `coalesce\s+2\s+70\s+70\s+0\s+one had none`, out)
 	require.Contains(t, out, "kills: wrapper 2, command 1, group 1")
 	require.Contains(t, out, "violations by kind: exclusion 0, exec 2,")
+	require.Regexp(t, `fairness max/min\s+per feature \(features\)`, out)
+	require.Regexp(t, `fairness per goroutine \(grants\) max/min\s+per feature \(features\)`, out)
+
+	one := &Report{Backend: "shmlocks", Fairness: Fairness{Max: 7, Min: 0, Goroutine: GoroutineFairness{Max: 9, Min: 3, Ratio: 3}}}
+	b.Reset()
+	require.NoError(t, WriteText(&b, []*Report{one}))
+	require.Regexp(t, `fairness max/min\s+7/0 \(one had none\)`, b.String())
+	require.Regexp(t, `fairness per goroutine \(grants\) max/min\s+9/3 = 3\.00`, b.String())
 }

@@ -106,6 +106,16 @@ func newGoroutineFairness(grants [][]int64) GoroutineFairness {
 	return f
 }
 
+// maxMinText renders a max/min comparison: "max/min = ratio", or, when
+// one of those compared had none, "max/0 (one had none)" (its ratio, 0,
+// is no ratio).
+func maxMinText(hi, lo int64, r float64) string {
+	if lo <= 0 && hi > 0 {
+		return fmt.Sprintf("%d/%d (one had none)", hi, lo)
+	}
+	return fmt.Sprintf("%d/%d = %.2f", hi, lo, r)
+}
+
 // ratio is hi/lo rounded to two decimals, 0 when lo is 0.
 func ratio(hi, lo int64) float64 {
 	if lo <= 0 {
@@ -131,6 +141,17 @@ type FeatureReport struct {
 	Followed  int64          `json:"followed,omitempty"` // coalesce: results received from another caller's fn
 	Kills     int            `json:"kills"`
 	ExecKills map[string]int `json:"execKills,omitempty"` // exec: kills by target (wrapper, command, group)
+	// Fairness compares the requests of the feature's process positions:
+	// max/min (0 when one made none). Report.Fairness compares all
+	// positions, which do different work when the features differ.
+	Fairness FeatureFairness `json:"fairness"`
+}
+
+// FeatureFairness is Fairness's max/min within one feature.
+type FeatureFairness struct {
+	Max   int64   `json:"max"`
+	Min   int64   `json:"min"`
+	Ratio float64 `json:"ratio"` // max/min (0 when min is 0)
 }
 
 // Report is the result of one run.
@@ -236,11 +257,17 @@ func WriteText(w io.Writer, reps []*Report) error {
 	row("grants/s", func(r *Report) string { return f0(float64(r.Grants) / math.Max(r.Seconds, 1e-9)) })
 	row("processes killed (--chaos)", func(r *Report) string { return fmt.Sprint(r.Kills) })
 	row("fairness max/min", func(r *Report) string {
-		return fmt.Sprintf("%d/%d = %.2f", r.Fairness.Max, r.Fairness.Min, r.Fairness.Ratio)
+		if len(r.Features) > 1 {
+			return "per feature (features)"
+		}
+		return maxMinText(r.Fairness.Max, r.Fairness.Min, r.Fairness.Ratio)
 	})
 	row("fairness per goroutine (grants) max/min", func(r *Report) string {
+		if len(r.Features) > 1 {
+			return "per feature (features)"
+		}
 		g := r.Fairness.Goroutine
-		return fmt.Sprintf("%d/%d = %.2f", g.Max, g.Min, g.Ratio)
+		return maxMinText(g.Max, g.Min, g.Ratio)
 	})
 	row("FIFO overtaken/sampled", func(r *Report) string { return fmt.Sprintf("%d/%d", r.FIFO.Overtaken, r.FIFO.Samples) })
 	row("violations", func(r *Report) string { return fmt.Sprint(r.Violations) })
@@ -318,7 +345,7 @@ func writeFeatures(b *strings.Builder, r *Report, label bool) {
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "\tprocesses\trequests\tgrants\tkills\t\t")
+	fmt.Fprintln(tw, "\tprocesses\trequests\tgrants\tkills\tmax/min\t\t")
 	for _, f := range AllFeatures {
 		fr, ok := r.Features[f]
 		if !ok {
@@ -336,7 +363,14 @@ func writeFeatures(b *strings.Builder, r *Report, label bool) {
 		case FeatureAll:
 			more = append(more, "sets of names")
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t\t%s\n", f, fr.Processes, fr.Requests, fr.Grants, fr.Kills, strings.Join(more, "; "))
+		fair := "-" // one process: nothing to compare
+		if fr.Processes > 1 {
+			fair = fmt.Sprintf("%.2f", fr.Fairness.Ratio)
+			if fr.Fairness.Min <= 0 && fr.Fairness.Max > 0 {
+				fair = "one had none"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\t%s\n", f, fr.Processes, fr.Requests, fr.Grants, fr.Kills, fair, strings.Join(more, "; "))
 	}
 	tw.Flush()
 	b.WriteString("violations by kind:")

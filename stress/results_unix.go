@@ -275,6 +275,17 @@ func (s *supervisor) featureReport(rep *Report, all []*worker) {
 		}
 		rep.Features[f] = fr
 	}
+	first := map[string]bool{}
+	for p, n := range rep.Fairness.PerProcess {
+		f := s.role(p)
+		fr := rep.Features[f]
+		if !first[f] {
+			fr.Fairness.Max, fr.Fairness.Min, first[f] = n, n, true
+		}
+		fr.Fairness.Max, fr.Fairness.Min = max(fr.Fairness.Max, n), min(fr.Fairness.Min, n)
+		fr.Fairness.Ratio = ratio(fr.Fairness.Max, fr.Fairness.Min)
+		rep.Features[f] = fr
+	}
 	for f, fr := range rep.Features {
 		fr.Kills = r.featureKills(featureIndex(f))
 		if f == FeatureExec {
