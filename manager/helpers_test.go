@@ -45,3 +45,28 @@ func check(t testing.TB, m *Manager) {
 	t.Helper()
 	require.NoError(t, m.Check())
 }
+
+// acquireReleased acquires name (exclusive) with m in a goroutine and
+// releases it at once; the outcome comes on the channel.
+func acquireReleased(ctx context.Context, m *Manager, name string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(ctx, name, RequestOptions{})
+		if err == nil {
+			err = l.Release()
+		}
+		done <- err
+	}()
+	return done
+}
+
+// mustDone waits for done's outcome until ctx ends, and requires no error.
+func mustDone(t testing.TB, ctx context.Context, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		require.NoError(t, err, what)
+	case <-ctx.Done():
+		t.Fatalf("%s: no outcome before %v", what, ctx.Err())
+	}
+}

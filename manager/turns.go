@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"runtime"
 	"sync/atomic"
 
 	"github.com/shmlocks/shmlocks/internal/testhooks"
@@ -65,11 +64,7 @@ func (m *Manager) afterRelease(handedOver bool) {
 		return
 	}
 	m.yielding.Add(1)
-	if h := m.yieldHook; h != nil {
-		h()
-	} else {
-		runtime.Gosched()
-	}
+	m.gosched()
 	m.yielding.Add(-1)
 }
 

@@ -32,14 +32,7 @@ func TestTurns(t *testing.T) {
 		m.lastYield.Store(m.mono() + int64(time.Hour)) // no due yield (a bounded table's gives the P too): only hand-overs count
 		l, err := m.Acquire(ctx, "n", RequestOptions{})
 		require.NoError(t, err)
-		done := make(chan error, 1)
-		go func() {
-			l2, err := m.Acquire(ctx, "n", RequestOptions{})
-			if err == nil {
-				err = l2.Release()
-			}
-			done <- err
-		}()
+		done := acquireReleased(ctx, m, "n")
 		// Parked, not spinning: only a sleeper is poked.
 		deadline := time.Now().Add(eventually)
 		for atomic.LoadUint32(m.a.Parked()) == 0 {
@@ -48,12 +41,7 @@ func TestTurns(t *testing.T) {
 		}
 		require.NoError(t, l.Release())
 		got := yields.Load()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-ctx.Done():
-			t.Fatal("the sibling was never granted")
-		}
+		mustDone(t, ctx, done, "the sibling's request")
 		check(t, m)
 		return got
 	}

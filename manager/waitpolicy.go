@@ -64,7 +64,7 @@ func (m *Manager) yieldIfDue() {
 }
 
 // goschedTurn gives the goroutine's P to the process's other goroutines
-// (tests: yieldHook instead). A Manager on a bounded table does so at every
+// (gosched). A Manager on a bounded table does so at every
 // due yield (yieldIfDue, at most once per yieldEvery) while a request of
 // its own waits (with none, at 2 x 1, it cost fairness between the two
 // processes: max/min 2.2-4.1 against 1.3-1.4): a goroutine that
@@ -76,12 +76,18 @@ func (m *Manager) yieldIfDue() {
 // the process's spinners then give it a P (spinChoice's ownFirst).
 func (m *Manager) goschedTurn() {
 	m.gaveP.Add(1)
+	m.gosched()
+	m.gaveP.Add(-1)
+}
+
+// gosched gives the goroutine's P to the process's other goroutines
+// (runtime.Gosched; tests: yieldHook instead).
+func (m *Manager) gosched() {
 	if h := m.yieldHook; h != nil {
 		h()
-	} else {
-		runtime.Gosched()
+		return
 	}
-	m.gaveP.Add(-1)
+	runtime.Gosched()
 }
 
 // yieldsOutsideQueue reports whether a Manager that is due to give its

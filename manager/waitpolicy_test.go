@@ -245,23 +245,16 @@ func TestSpinnerGivesThePBack(t *testing.T) {
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	path := tablePath(t)
-	o := OpenOptions{Fairness: Bounded(time.Hour), SpinLimit: time.Minute, MaxResources: 64, MaxRequests: 256, MaxAgents: 32, MaxNameLen: 64}
+	o := *smallTable
+	o.Fairness, o.SpinLimit = Bounded(time.Hour), time.Minute
 	b := openM(t, path, &o) // the holder; with it the table has more agents than our one P
 	a := openM(t, path, &o)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := ctxT(t, 30*time.Second)
 	held, err := b.Acquire(ctx, "n", RequestOptions{})
 	require.NoError(t, err)
 	var looks atomic.Int64
 	a.spinYieldHook = func() { looks.Add(1); cpuYield() }
-	got := make(chan error, 1)
-	go func() {
-		l, err := a.Acquire(ctx, "n", RequestOptions{})
-		if err == nil {
-			err = l.Release()
-		}
-		got <- err
-	}()
+	got := acquireReleased(ctx, a, "n")
 	for a.spinners.Load() == 0 || looks.Load() == 0 {
 		require.NoError(t, ctx.Err(), "the request never spun")
 		runtime.Gosched()
@@ -273,10 +266,5 @@ func TestSpinnerGivesThePBack(t *testing.T) {
 	require.Zero(t, a.gaveP.Load())
 	require.Equal(t, int32(1), a.spinners.Load(), "still spinning: it gave the P, not up")
 	require.NoError(t, held.Release())
-	select {
-	case err := <-got:
-		require.NoError(t, err)
-	case <-ctx.Done():
-		t.Fatal("the spinner was not granted")
-	}
+	mustDone(t, ctx, got, "the spinner's request")
 }
