@@ -97,25 +97,38 @@ func TestTurns(t *testing.T) {
 		m := openM(t, tablePath(t), on(OpenOptions{SpinLimit: -1}))
 		require.Zero(t, handOver(t, m))
 	})
-	t.Run("turn-taking", func(t *testing.T) {
-		m := openM(t, tablePath(t), on(OpenOptions{}))
-		var yields atomic.Int32
-		m.yieldHook = func() { yields.Add(1) }
-		loop := func(n int) {
-			for range n {
-				l, err := m.Acquire(ctx, "n", RequestOptions{})
-				require.NoError(t, err)
-				require.NoError(t, l.Release())
-			}
-		}
-		loop(3 * turnBatch)
-		require.Zero(t, yields.Load(), "no sibling in a yield: no turn-taking")
-		m.yielding.Store(1) // a sibling sits in a hand-over yield
-		loop(2 * turnBatch)
-		require.EqualValues(t, 2, yields.Load(), "one yield every turnBatch releases")
-		m.yielding.Store(0)
-		loop(2 * turnBatch)
-		require.EqualValues(t, 2, yields.Load())
-		check(t, m)
+	t.Run("turn-taking", func(t *testing.T) { turnTaking(t, openM(t, tablePath(t), on(OpenOptions{})), turnBatch) })
+	t.Run("turn-taking, bounded", func(t *testing.T) {
+		o := OpenOptions{Fairness: Bounded(time.Hour)}
+		o.MaxResources, o.MaxRequests, o.MaxAgents, o.MaxNameLen = 64, 256, 32, 64
+		turnTaking(t, openM(t, tablePath(t), &o), turnBatchBounded)
 	})
+}
+
+// turnTaking checks that, while a sibling sits in a hand-over yield, every
+// batch-th release of m yields, and that none does otherwise.
+func turnTaking(t *testing.T, m *Manager, batch int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), eventually)
+	defer cancel()
+	var yields atomic.Int32
+	m.yieldHook = func() { yields.Add(1) }
+	loop := func(n int) {
+		for range n {
+			l, err := m.Acquire(ctx, "n", RequestOptions{})
+			require.NoError(t, err)
+			require.NoError(t, l.Release())
+		}
+	}
+	loop(3 * batch)
+	require.Zero(t, yields.Load(), "no sibling in a yield: no turn-taking")
+	m.yielding.Store(1) // a sibling sits in a hand-over yield
+	loop(2*batch - 1)
+	require.EqualValues(t, 1, yields.Load(), "one yield every %d releases", batch)
+	loop(1)
+	require.EqualValues(t, 2, yields.Load(), "one yield every %d releases", batch)
+	m.yielding.Store(0)
+	loop(2 * batch)
+	require.EqualValues(t, 2, yields.Load())
+	check(t, m)
 }
