@@ -43,7 +43,8 @@ ones not yet reaped), reaps per second, and one line per name: its first
 holder (mode, fencing token, pid, command, how long held), how many more
 holders, its queue length (exclusive/shared) and longest wait. Keys: q or
 Ctrl-C quits; w sorts by longest wait, h by longest hold, n by name, s
-cycles through them (the header shows which). Not on a terminal, --watch
+cycles through them (the header shows which); Ctrl-Z stops the view with
+the terminal as it was, fg resumes it. Not on a terminal, --watch
 prints the dump again every --interval, and --watch --json prints one JSON
 document per line every --interval, each with its "time". --watch waits for
 a table that does not exist yet and re-opens a table file that was

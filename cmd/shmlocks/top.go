@@ -24,7 +24,8 @@ import (
 // many more, and its queue (length by mode, longest wait); a header with
 // usage against the limits, agents (dead ones not reaped yet) and reaps
 // per second. Keys, read from standard input in cbreak mode (not echoed,
-// no Enter needed; the terminal's settings are restored at exit): q quits
+// no Enter needed; the terminal's settings are restored at exit, and at
+// Ctrl-Z until the SIGCONT of fg: topScreen): q quits
 // (as Ctrl-C does), w, h and n sort by longest wait, longest hold or name,
 // s cycles through the three. A table that does not exist yet is waited
 // for; a replaced one is re-opened (tableSource, as serve does).
@@ -228,17 +229,16 @@ func topAge(d time.Duration) string {
 // typed on in (nil, or not a terminal: no keys). The terminal's size is
 // looked up on every frame (a resize takes effect at the next one).
 func runTop(ctx context.Context, src *tableSource, path string, out, in *os.File, interval time.Duration) error {
-	io.WriteString(out, escAltScreen)
-	defer io.WriteString(out, escMainScr)
+	scr := &topScreen{out: out, in: in}
 	var keys <-chan byte
-	if in != nil {
-		if restore, ok := keyMode(in); ok {
-			defer restore()
-			done := make(chan struct{})
-			defer close(done)
-			keys = readKeys(in, done)
-		}
+	if scr.enter() {
+		done := make(chan struct{})
+		defer close(done)
+		keys = readKeys(in, done)
 	}
+	defer scr.leave()
+	jobs, stopJobs := jobSignals()
+	defer stopJobs()
 	var lastReaps uint64
 	var lastAt time.Time
 	order := sortWait
@@ -267,6 +267,17 @@ func runTop(ctx context.Context, src *tableSource, path string, out, in *os.File
 			// A new order: redraw now (the next refresh keeps its time).
 		case <-tick.C:
 			tick.Reset(interval)
+		case sig := <-jobs:
+			if isSuspend(sig) {
+				// Ctrl-Z: the shell gets its terminal back as it was
+				// (echo, line editing, the main screen), then we stop.
+				scr.leave()
+				suspendSelf()
+				continue
+			}
+			// Continued (fg, or a stray SIGCONT): take the screen again
+			// and redraw now.
+			scr.enter()
 		}
 		now := time.Now()
 		f := topFrame{path: path, interval: interval, cols: 80, rows: 24, reapRate: -1, sort: order, keys: keys != nil}
@@ -302,6 +313,43 @@ func runTop(ctx context.Context, src *tableSource, path string, out, in *os.File
 		}
 		renderTop(out, &st, f)
 	}
+}
+
+// topScreen is the terminal as the live view holds it: the alternate
+// screen, and in's settings in cbreak mode (keyMode) while in is a
+// terminal. Ctrl-Z leaves it and the SIGCONT after takes it again.
+type topScreen struct {
+	out, in *os.File
+	shown   bool   // on the alternate screen
+	restore func() // puts in's settings back (nil: keyMode not in effect)
+}
+
+// enter takes the screen if it is not held, and reports whether keys are
+// read in cbreak mode.
+func (s *topScreen) enter() bool {
+	if !s.shown {
+		io.WriteString(s.out, escAltScreen)
+		s.shown = true
+		if s.in != nil {
+			if restore, ok := keyMode(s.in); ok {
+				s.restore = restore
+			}
+		}
+	}
+	return s.restore != nil
+}
+
+// leave gives the terminal back as enter found it, if it is held.
+func (s *topScreen) leave() {
+	if !s.shown {
+		return
+	}
+	if s.restore != nil {
+		s.restore()
+		s.restore = nil
+	}
+	io.WriteString(s.out, escMainScr)
+	s.shown = false
 }
 
 // readKeys reads single bytes from in (in cbreak mode, whose reads return

@@ -222,3 +222,40 @@ func TestDumpWatchWaitsForTable(t *testing.T) {
 	v.type_("q")
 	v.wait()
 }
+
+// Ctrl-Z stops the live view with the terminal as it found it (echo, line
+// editing, the main screen), and the SIGCONT of a fg resumes it: the
+// alternate screen, keys not echoed, q quits. The view runs as the leader
+// of its own session here, an orphaned process group, where the kernel
+// would drop the stop of a terminal's SIGTSTP: the view stops itself.
+func TestDumpWatchSuspend(t *testing.T) {
+	path, _, _ := liveTable(t)
+	v := startLiveView(t, 100, 20, "--interval", "30ms", "--table", path)
+	v.waitFrame(0, func(f string) bool { return strings.Contains(f, "jobs") }, "a frame")
+	pid := v.cmd.Process.Pid
+
+	v.type_("\x1a") // Ctrl-Z
+	waitFor(t, func() bool { return procState(pid) == 'T' }, "the view stopped")
+	tio, err := unix.IoctlGetTermios(int(v.slave.Fd()), unix.TCGETS)
+	require.NoError(t, err)
+	require.NotZero(t, tio.Lflag&unix.ECHO, "echo restored while stopped")
+	require.NotZero(t, tio.Lflag&unix.ICANON, "line editing restored while stopped")
+	waitFor(t, func() bool { return strings.HasSuffix(v.out.String(), escMainScr) }, "back on the main screen while stopped")
+	stoppedAt := len(v.out.String())
+
+	require.NoError(t, v.cmd.Process.Signal(syscall.SIGCONT)) // fg
+	waitFor(t, func() bool { return procState(pid) != 'T' }, "the view running again")
+	waitFor(t, func() bool {
+		after := v.out.String()[stoppedAt:]
+		return strings.HasPrefix(after, escAltScreen) && strings.Count(after, escHome) >= 2
+	}, "the alternate screen and a frame again")
+	tio, err = unix.IoctlGetTermios(int(v.slave.Fd()), unix.TCGETS)
+	require.NoError(t, err)
+	require.Zero(t, tio.Lflag&(unix.ECHO|unix.ICANON), "cbreak mode again")
+	v.type_("zyx")
+	n := len(v.frames())
+	v.waitFrame(n+1, func(string) bool { return true }, "two frames after the typing")
+	require.NotContains(t, v.out.String(), "zyx", "typed keys are not echoed after fg")
+	v.type_("q")
+	v.wait()
+}

@@ -4,6 +4,8 @@ package main
 
 import (
 	"os"
+	"os/signal"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,3 +45,20 @@ func keyMode(f *os.File) (restore func(), ok bool) {
 	}
 	return func() { unix.IoctlSetTermios(fd, setTermios, old) }, true
 }
+
+// jobSignals delivers the job-control signals the live view handles
+// itself: SIGTSTP (Ctrl-Z: leave the terminal as it was found, then stop)
+// and SIGCONT (fg or bg: take the screen again). stop ends the delivery.
+func jobSignals() (sigs <-chan os.Signal, stop func()) {
+	c := make(chan os.Signal, 4)
+	signal.Notify(c, syscall.SIGTSTP, syscall.SIGCONT)
+	return c, func() { signal.Stop(c) }
+}
+
+// isSuspend reports whether s asks the view to stop (SIGTSTP).
+func isSuspend(s os.Signal) bool { return s == syscall.SIGTSTP }
+
+// suspendSelf stops this process as a Ctrl-Z would have, until a SIGCONT.
+// It sends SIGSTOP: a SIGTSTP's stop, once the view has handled the
+// signal, is dropped by the kernel in an orphaned process group.
+func suspendSelf() { syscall.Kill(os.Getpid(), syscall.SIGSTOP) }
