@@ -270,13 +270,15 @@ func runTop(ctx context.Context, src *tableSource, path string, out, in *os.File
 		case sig := <-jobs:
 			if isSuspend(sig) {
 				// Ctrl-Z: the shell gets its terminal back as it was
-				// (echo, line editing, the main screen), then we stop.
+				// (echo, line editing, the main screen), then we stop,
+				// and draw nothing until continued.
 				scr.leave()
-				suspendSelf()
-				continue
+				if !suspended(ctx, jobs) {
+					return nil
+				}
 			}
-			// Continued (fg, or a stray SIGCONT): take the screen again
-			// and redraw now.
+			// Continued (fg or bg; or a stray SIGCONT): take the screen
+			// again and redraw now.
 			scr.enter()
 		}
 		now := time.Now()
@@ -312,6 +314,24 @@ func runTop(ctx context.Context, src *tableSource, path string, out, in *os.File
 			return c
 		}
 		renderTop(out, &st, f)
+	}
+}
+
+// suspended stops this process (suspendSelf) and returns once the notice
+// of the SIGCONT that continued it is read from jobs (stopping again for
+// a Ctrl-Z typed meanwhile); false: ctx ended first.
+func suspended(ctx context.Context, jobs <-chan os.Signal) bool {
+	suspendSelf()
+	for {
+		select {
+		case sig := <-jobs:
+			if !isSuspend(sig) {
+				return true
+			}
+			suspendSelf()
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
 
