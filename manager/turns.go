@@ -25,10 +25,10 @@ import (
 //   - Turn-taking: while some goroutine of ours is in such a yield (it is
 //     runnable and will want a lock again), every turnBatch-th release of
 //     ours (turnBatchBounded-th on a bounded table) yields too, even one
-//     that granted nobody. Once the hand-overs
-//     have run a queue empty, the releaser would otherwise take the idle
-//     name again and again by the uncontended path until preempted (10 ms)
-//     while its siblings wait in the run queue.
+//     that granted nobody. Once the hand-overs have run a queue empty, the
+//     releaser would otherwise take the idle name again and again by the
+//     uncontended path until preempted (10 ms) while its siblings wait in
+//     the run queue.
 //
 // The goroutines in Go's run queue have not asked for the lock, so
 // fairness per goroutine is the scheduler's, not the queue's (goroutines
