@@ -14,7 +14,8 @@ import (
 // waitlist.go, and the Done channels they share, doneWatches,
 // donewatch.go), the wake-ups it receives (wakes, scan.go), its view of the
 // machine for the waiting policy (machineView, waitpolicy.go), the turn
-// rules (turnState, turns.go), the death watcher (reaper), its registries
+// rules (turnState, turns.go), its yields' record (yieldGate,
+// yieldgate.go), the death watcher (reaper), its registries
 // of watched locks and observers, its counters and its log.
 type Manager struct {
 	lifecycle               // the table and our agent in it (or the backend); open, closing, closed (lifecycle.go)
@@ -29,6 +30,7 @@ type Manager struct {
 	wakes                    // the doorbell, the bell loop and whom a grant wakes (scan.go)
 	machineView              // the waiting policy's view of the machine (waitpolicy.go)
 	turnState                // who yields the P at a release (turns.go)
+	yieldGate                // whether our OS yields still pay (yieldgate.go)
 	lastInWay   atomic.Int64 // unix ns of the last reapHolders look (reap.go)
 
 	stats *stats   // nil unless OpenOptions.Stats; written once by Open

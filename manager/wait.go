@@ -310,7 +310,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			if h := m.spinYieldHook; h != nil {
 				h()
 			} else {
-				cpuYield()
+				m.osYield()
 			}
 		default:
 			runtime.Gosched()

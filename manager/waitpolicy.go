@@ -56,7 +56,7 @@ func (m *Manager) yieldIfDue() {
 	if now-last <= int64(yieldEvery) || !m.lastYield.CompareAndSwap(last, now) {
 		return // not due, or another goroutine of ours is yielding
 	}
-	cpuYield()
+	m.osYield()
 	if m.bounded && m.ownWaiting() {
 		m.goschedTurn()
 	}

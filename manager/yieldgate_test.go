@@ -1,0 +1,62 @@
+package manager
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestYieldGate: a Manager whose OS yields come back late (lateMax of a
+// window of yieldWindow) gives its P to its own goroutines instead for
+// offFor, doubling while its yields stay late, and yields to the OS again
+// once a window is mostly on time (yieldgate.go).
+func TestYieldGate(t *testing.T) {
+	m := openM(t, tablePath(t), nil)
+	calls := 0
+	late := func() { calls++; time.Sleep(lateYield + lateYield/4) } // a yield that took that long: the measured condition itself
+	onTime := func() { calls++ }
+	window := func(lateOnes int) {
+		t.Helper()
+		for i := range yieldWindow {
+			m.osYieldHook = onTime
+			if i < lateOnes {
+				m.osYieldHook = late
+			}
+			m.osYield()
+		}
+	}
+
+	window(lateMax - 1)
+	require.False(t, m.yieldsSkipped(), "fewer than lateMax late yields: the gate stays open")
+	require.Zero(t, m.offFor.Load())
+	require.Equal(t, yieldWindow, calls)
+
+	window(lateMax)
+	require.True(t, m.yieldsSkipped(), "lateMax late yields: the gate closes")
+	require.EqualValues(t, offFirst, m.offFor.Load())
+	calls = 0
+	m.osYieldHook = onTime
+	for range 5 {
+		m.osYield()
+	}
+	require.Zero(t, calls, "a closed gate makes no OS yield")
+
+	m.offUntil.Store(0) // the period is over
+	window(yieldWindow)
+	require.True(t, m.yieldsSkipped())
+	require.EqualValues(t, 2*offFirst, m.offFor.Load(), "late again: closed twice as long")
+	for range 8 {
+		m.offUntil.Store(0)
+		window(yieldWindow)
+	}
+	require.EqualValues(t, offMax, m.offFor.Load(), "at most offMax")
+
+	m.offUntil.Store(0)
+	window(0)
+	require.False(t, m.yieldsSkipped(), "on time again: open")
+	require.Zero(t, m.offFor.Load(), "and the next closing starts from offFirst")
+	window(lateMax)
+	require.EqualValues(t, offFirst, m.offFor.Load())
+	check(t, m)
+}
