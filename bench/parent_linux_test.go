@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -269,10 +270,34 @@ func benchWindow() time.Duration {
 	return time.Second
 }
 
+// startHogs starts the CPU-bound processes of SHMLOCKS_BENCH_HOGS (a
+// number: a machine busy with other work, such as a build, beside every
+// loop of every kind, so that ratios in one run stay fair) and returns
+// their pids and what stops them. They die with this process (Pdeathsig).
+func startHogs(b testing.TB) (pids []int, stop func()) {
+	n, _ := strconv.Atoi(os.Getenv("SHMLOCKS_BENCH_HOGS"))
+	var hogs []*exec.Cmd
+	for range n {
+		c := exec.Command("/bin/sh", "-c", "while :; do :; done")
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		require.NoError(b, c.Start())
+		hogs = append(hogs, c)
+		pids = append(pids, c.Process.Pid)
+	}
+	return pids, func() {
+		for _, c := range hogs {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}
+}
+
 // runLoop spawns cfg.procs children, starts them together, samples their
 // counters over the window and stops them.
 func runLoop(b testing.TB, cfg loopCfg) loopResult {
 	b.Helper()
+	_, stopHogs := startHogs(b)
+	defer stopHogs()
 	dir := b.TempDir()
 	ctlPath := filepath.Join(dir, "ctl")
 	require.NoError(b, os.WriteFile(ctlPath, make([]byte, ctlSize), 0o600))
@@ -448,4 +473,25 @@ func pinName(pinned bool) string {
 // reportPinning records whether the children really ran pinned (CPUs they could use).
 func reportPinning(b *testing.B, r loopResult) {
 	b.ReportMetric(float64(r.cpus), "child-cpus")
+}
+
+// SHMLOCKS_BENCH_HOGS=N runs N CPU-bound processes beside a loop; none
+// without it, and none is left after the loop.
+func TestBenchHogs(t *testing.T) {
+	t.Setenv("SHMLOCKS_BENCH_HOGS", "")
+	pids, stop := startHogs(t)
+	require.Empty(t, pids)
+	stop()
+	t.Setenv("SHMLOCKS_BENCH_HOGS", "2")
+	pids, stop = startHogs(t)
+	require.Len(t, pids, 2)
+	for _, pid := range pids {
+		_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+		require.NoError(t, err, "hog %d runs", pid)
+	}
+	stop()
+	for _, pid := range pids {
+		_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+		require.True(t, os.IsNotExist(err), "hog %d gone after stop", pid)
+	}
 }
