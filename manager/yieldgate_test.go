@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,5 +60,42 @@ func TestYieldGate(t *testing.T) {
 	require.Zero(t, m.offFor.Load(), "and the next closing starts from offFirst")
 	window(lateMax)
 	require.EqualValues(t, offFirst, m.offFor.Load())
+	check(t, m)
+}
+
+// TestYieldGateParks: while the gate is closed, a request that waits parks
+// at once instead of spinning (here SpinLimit would keep it spinning for a
+// minute), and is granted at the release as any sleeper.
+func TestYieldGateParks(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 || cpusAllowed() < 2 {
+		t.Skip("needs two CPUs: a waiter confined to one parks at once anyway")
+	}
+	path := tablePath(t)
+	h := openM(t, path, nil)
+	opts := *smallTable
+	opts.SpinLimit = time.Minute
+	m := openM(t, path, &opts)
+	ctx := ctxT(t, eventually)
+	held, err := h.Acquire(ctx, "n", RequestOptions{})
+	require.NoError(t, err)
+
+	m.offUntil.Store(m.mono() + int64(time.Hour)) // closed: our yields came back late
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(ctx, "n", RequestOptions{})
+		if err == nil {
+			err = l.Release()
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return atomic.LoadUint32(m.a.Parked()) == 1 }, eventually, time.Millisecond, "the request parks")
+	require.Zero(t, m.spinners.Load(), "and does not spin")
+	require.NoError(t, held.Release())
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the parked request was not granted")
+	}
 	check(t, m)
 }
