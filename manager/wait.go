@@ -222,10 +222,11 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		m.spinners.Add(1)
 	}
 	defer m.spinners.Add(-1)
-	if m.yieldsSkipped() {
+	if m.yieldsSkipped() && m.agents.Load() > m.usable.Load() {
 		// Our yields come back late: the machine is busy with other
-		// work. A spinner shares its CPU with that work by time slice; a
-		// sleeper, woken, goes ahead of it (yieldgate.go).
+		// work. On a crowded table a spinner shares its CPU with that
+		// work by time slice; a sleeper, woken, goes ahead of it
+		// (yieldgate.go).
 		return 0, nil, false
 	}
 	if !m.enter() {

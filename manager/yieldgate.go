@@ -21,7 +21,8 @@ import (
 // were late, its yields give the P to its own goroutines only (Gosched)
 // for offFor, which doubles (up to offMax) each time the yields that follow
 // are late again, and starts over from offFirst once they are not. While
-// the gate is closed a waiting request parks at once rather than spin: a
+// the gate is closed a waiting request on a crowded table (more agents
+// than the process's usable CPUs) parks at once rather than spin: a
 // spinner shares its CPU with the other work by time slice, where a thread
 // woken from a sleep goes ahead of it, as flock's waiters do (beside the
 // same two processes, 8 x 2 0.48M → 2.48M grants per second, 4 x 16 1.1-1.3M
@@ -78,7 +79,8 @@ func (m *Manager) osYield() {
 }
 
 // yieldsSkipped reports whether the gate is closed now: then a waiting
-// request also parks at once instead of spinning (spinHead).
+// request on a crowded table also parks at once instead of spinning
+// (spinHead).
 func (m *Manager) yieldsSkipped() bool {
 	u := m.offUntil.Load()
 	return u != 0 && m.mono() < u

@@ -63,39 +63,55 @@ func TestYieldGate(t *testing.T) {
 	check(t, m)
 }
 
-// TestYieldGateParks: while the gate is closed, a request that waits parks
-// at once instead of spinning (here SpinLimit would keep it spinning for a
-// minute), and is granted at the release as any sleeper.
+// TestYieldGateParks: while the gate is closed, a request that waits on a
+// crowded table (more agents than usable CPUs) parks at once instead of
+// spinning (here SpinLimit would keep it spinning for a minute), and is
+// granted at the release as any sleeper; on a table that is not crowded it
+// spins as before.
 func TestYieldGateParks(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 || cpusAllowed() < 2 {
 		t.Skip("needs two CPUs: a waiter confined to one parks at once anyway")
 	}
-	path := tablePath(t)
-	h := openM(t, path, nil)
-	opts := *smallTable
-	opts.SpinLimit = time.Minute
-	m := openM(t, path, &opts)
-	ctx := ctxT(t, eventually)
-	held, err := h.Acquire(ctx, "n", RequestOptions{})
-	require.NoError(t, err)
-
-	m.offUntil.Store(m.mono() + int64(time.Hour)) // closed: our yields came back late
-	got := make(chan error, 1)
-	go func() {
-		l, err := m.Acquire(ctx, "n", RequestOptions{})
-		if err == nil {
-			err = l.Release()
+	for _, crowded := range []bool{false, true} {
+		path := tablePath(t)
+		h := openM(t, path, nil)
+		opts := *smallTable
+		opts.SpinLimit = time.Minute
+		m := openM(t, path, &opts)
+		if crowded {
+			for range cpusAllowed() {
+				openM(t, path, nil)
+			}
 		}
-		got <- err
-	}()
-	require.Eventually(t, func() bool { return atomic.LoadUint32(m.a.Parked()) == 1 }, eventually, time.Millisecond, "the request parks")
-	require.Zero(t, m.spinners.Load(), "and does not spin")
-	require.NoError(t, held.Release())
-	select {
-	case err := <-got:
+		m.cpuAt.Store(0)
+		m.refreshView(m.mono())
+		require.Equal(t, crowded, m.agents.Load() > m.usable.Load())
+		ctx := ctxT(t, eventually)
+		held, err := h.Acquire(ctx, "n", RequestOptions{})
 		require.NoError(t, err)
-	case <-ctx.Done():
-		t.Fatal("the parked request was not granted")
+
+		m.offUntil.Store(m.mono() + int64(time.Hour)) // closed: our yields came back late
+		got := make(chan error, 1)
+		go func() {
+			l, err := m.Acquire(ctx, "n", RequestOptions{})
+			if err == nil {
+				err = l.Release()
+			}
+			got <- err
+		}()
+		if crowded {
+			require.Eventually(t, func() bool { return atomic.LoadUint32(m.a.Parked()) == 1 }, eventually, time.Millisecond, "the request parks")
+			require.Zero(t, m.spinners.Load(), "and does not spin")
+		} else {
+			require.Eventually(t, func() bool { return m.spinners.Load() == 1 }, eventually, time.Millisecond, "the request spins")
+		}
+		require.NoError(t, held.Release())
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case <-ctx.Done():
+			t.Fatal("the waiting request was not granted")
+		}
+		check(t, m)
 	}
-	check(t, m)
 }
