@@ -27,7 +27,7 @@ import (
 // woken from a sleep goes ahead of it, as flock's waiters do (beside the
 // same two processes, 8 x 2 0.48M → 2.48M grants per second, 4 x 16 1.1-1.3M
 // → 1.47M, 4 x 1 2.3M → 3.05M; FIFO 4 x 1 0.62M → 1.20M). Without
-// other work on the machine a yield is late about once in a hundred (a
+// other work on the machine a yield is late about once in ten thousand (a
 // thread of another locker that ran its whole slice), so the gate stays
 // open. It decides who burns a CPU, never who is granted.
 const (

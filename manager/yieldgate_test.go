@@ -91,14 +91,7 @@ func TestYieldGateParks(t *testing.T) {
 		require.NoError(t, err)
 
 		m.offUntil.Store(m.mono() + int64(time.Hour)) // closed: our yields came back late
-		got := make(chan error, 1)
-		go func() {
-			l, err := m.Acquire(ctx, "n", RequestOptions{})
-			if err == nil {
-				err = l.Release()
-			}
-			got <- err
-		}()
+		got := acquireReleased(ctx, m, "n")
 		if crowded {
 			require.Eventually(t, func() bool { return atomic.LoadUint32(m.a.Parked()) == 1 }, eventually, time.Millisecond, "the request parks")
 			require.Zero(t, m.spinners.Load(), "and does not spin")
@@ -106,12 +99,7 @@ func TestYieldGateParks(t *testing.T) {
 			require.Eventually(t, func() bool { return m.spinners.Load() == 1 }, eventually, time.Millisecond, "the request spins")
 		}
 		require.NoError(t, held.Release())
-		select {
-		case err := <-got:
-			require.NoError(t, err)
-		case <-ctx.Done():
-			t.Fatal("the waiting request was not granted")
-		}
+		mustDone(t, ctx, got, "the waiting request granted")
 		check(t, m)
 	}
 }
