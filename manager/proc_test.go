@@ -77,6 +77,12 @@ func childMain(args []string) int {
 	if crash != "" {
 		armCrash(crash)
 	}
+	if os.Getenv(noProcEnv) != "" {
+		if err := hideProc(); err != nil {
+			say("error noproc %v", err)
+			return 2
+		}
+	}
 	m, err := Open(path, opts)
 	if err != nil {
 		say("error open %v", err)

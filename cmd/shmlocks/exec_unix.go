@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shmlocks/shmlocks/manager"
 	"github.com/shmlocks/shmlocks/table"
 )
@@ -215,10 +217,22 @@ func startCommand(o *execOptions, m *manager.Manager, l *manager.Lock, stdout, s
 		c.fg = true
 		sys.Foreground, sys.Ctty = true, int(c.tty.Fd())
 	}
+	files := []*os.File{os.Stdin, outF, errF, goR}
+	// The keep-alive descriptor (the command's fd 3): the lock lives while
+	// any process holds it, in any PID namespace, as flock(1)'s lock lives
+	// with the descriptor its command inherits. Where there is none, the
+	// command's group keeps the lock through SetCoOwner alone.
+	keep, kerr := m.KeepAliveFile()
+	if kerr == nil {
+		files = append(files, keep)
+	}
 	p, err := os.StartProcess(self, append([]string{"shmlocks", execChildArg, path}, o.argv...), &os.ProcAttr{
-		Env: env, Files: []*os.File{os.Stdin, outF, errF, goR}, Sys: sys,
+		Env: env, Files: files, Sys: sys,
 	})
 	goR.Close()
+	if keep != nil {
+		keep.Close() // the command's copy keeps the agent alive; this process's agent lock keeps it too
+	}
 	if err != nil {
 		c.close()
 		return nil, exitOSErr, fmt.Errorf("start %s: %w", o.argv[0], err)
@@ -407,6 +421,13 @@ func execChild(args []string) int {
 	goR.Close()
 	if n != 1 || len(args) < 2 {
 		return exitFailure
+	}
+	// The keep-alive descriptor, if the wrapper passed one (fd 4), becomes
+	// the command's fd 3 (not close-on-exec).
+	if _, err := unix.FcntlInt(4, unix.F_GETFD, 0); err == nil {
+		if unix.Dup2(4, 3) == nil {
+			unix.Close(4)
+		}
 	}
 	err := syscall.Exec(args[0], args[1:], os.Environ())
 	fmt.Fprintf(os.Stderr, "shmlocks exec: %s: %v\n", args[1], err)
