@@ -138,7 +138,7 @@ func execOptionsHelp() string {
 // or a request on it); dflt for an error of no known kind.
 func tableErrorCode(err error, dflt int) int {
 	switch {
-	case errors.Is(err, manager.ErrCorrupt):
+	case errors.Is(err, manager.ErrCorrupt), errors.Is(err, manager.ErrFormat):
 		return exitCorrupt
 	case errors.Is(err, manager.ErrTableFull):
 		return exitTempFail
