@@ -23,10 +23,6 @@ import (
 // namespaces made by the kernel for this test (CLONE_NEW*: root, as CI
 // runs); where the kernel refuses, the test skips and says why.
 
-// noProcEnv makes an agent child unmount /proc in its own mount namespace
-// before it opens the table.
-const noProcEnv = "SHMLOCKS_TEST_NOPROC"
-
 // hideProc detaches /proc from this process's mount namespace (which must
 // be its own: CLONE_NEWNS), after making every mount private so that
 // nothing propagates back to the parent's namespace.

@@ -279,3 +279,7 @@ func tokenOf(line string) uint64 {
 	v, _ := strconv.ParseUint(f[len(f)-1], 10, 64)
 	return v
 }
+
+// noProcEnv makes an agent child unmount /proc in its own mount namespace
+// before it opens the table (namespaces_linux_test.go).
+const noProcEnv = "SHMLOCKS_TEST_NOPROC"

@@ -53,6 +53,11 @@ func TestLayoutOffsets(t *testing.T) {
 		{"agStealSeq", agStealSeq, 4, AgentSize}, {"agSince", agSince, 8, AgentSize},
 		{"agSlotMask", agSlotMask, 8, AgentSize}, {"agEntryMask", agEntryMask, 8, AgentSize},
 		{"agCoOwner", agCoOwner, 8, AgentSize},
+		{"agDeath", agDeath, 4, AgentSize},
+		{"agXBell", agXBell, 4, AgentSize},
+		{"agPidNS", agPidNS, 8, AgentSize},
+		{"agNetNS", agNetNS, 8, AgentSize},
+		{"hdrAgentsGen", hdrAgentsGen, 4, HeaderSize},
 	}
 	for _, f := range fields {
 		require.Zero(t, f.off%f.size, "%s at %d is not aligned to %d", f.name, f.off, f.size)

@@ -104,9 +104,14 @@ func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) 
 			}
 			command := ""
 			if state == "alive" { // else the PID may be another process's now
-				if table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot}) {
+				switch {
+				case a.OtherPidNS && a.PidNS != 0:
+					// Its PID names a process of its own PID namespace (a
+					// container): this process cannot see it.
+					command = "(other PID namespace)"
+				case table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot}):
 					command = procCommand(a.PID)
-				} else if a.CoOwner != 0 {
+				case a.CoOwner != 0:
 					command = procCommand(a.CoOwner) // the wrapper died: its command's group leader
 				}
 			}
