@@ -228,6 +228,10 @@ func (s *supervisor) spawn(pos, ops int) error {
 	w.cmd = exec.Command(s.cfg.Worker[0], s.cfg.Worker[1:]...)
 	w.cmd.Env = append(os.Environ(), WorkerEnv+"="+string(wc))
 	w.cmd.Stderr = s.stderr
+	if s.cfg.Namespaces && pos%2 == 1 {
+		w.cmd.SysProcAttr = namespaceAttr()
+		w.cmd.Env = append(w.cmd.Env, ownProcEnv+"=1")
+	}
 	if err := w.cmd.Start(); err != nil {
 		return err
 	}
