@@ -4,8 +4,11 @@ package manager_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -165,4 +168,64 @@ func TestNamespacesReleaseWakesAcrossNetworks(t *testing.T) {
 			t.Logf("%s -> %s: slowest release-to-grant of 5: %v", c.holder, c.waiter, worst)
 		})
 	}
+}
+
+// becomeUser: see asUserEnv.
+func becomeUser(as string) error {
+	var uid, gid int
+	var hide string
+	if n, _ := fmt.Sscanf(strings.ReplaceAll(as, ":", " "), "%d %d %s", &uid, &gid, &hide); n < 2 {
+		return fmt.Errorf("bad %q", as)
+	}
+	if hide == "hidepid" {
+		if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return err
+		}
+		if err := unix.Mount("proc", "/proc", "proc", 0, "hidepid=invisible"); err != nil {
+			return err
+		}
+	}
+	if err := syscall.Setgroups([]int{gid}); err != nil {
+		return err
+	}
+	if err := syscall.Setgid(gid); err != nil {
+		return err
+	}
+	return syscall.Setuid(uid)
+}
+
+// Two users share a table through their group; one of them sees /proc
+// with hidepid=invisible (the other's processes are absent from it): one
+// holder at a time, and the contender that cannot see the holder is not
+// granted its lock. Root only (it makes the users' processes).
+func TestNamespacesHidepidTwoUsers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it runs agents as two other users")
+	}
+	requireNamespaces(t, syscall.CLONE_NEWNS)
+	const gid = 54321
+	dir, err := os.MkdirTemp("", "shmlocks-hidepid-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chown(dir, 0, gid))
+	require.NoError(t, os.Chmod(dir, 0o770))
+	path := filepath.Join(dir, "shared.tbl")
+	opts := `{"MaxResources":16,"MaxRequests":64,"MaxAgents":16,"MaxNameLen":64,"FileMode":432}` // 0660
+	as := func(env string, ns uintptr) *child {
+		cmd := proctest.CommandWith(proctest.Options{Within: eventually}, "agent", path, opts, "")
+		cmd.Env = append(cmd.Env, asUserEnv+"="+env)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: ns}
+		c := &child{Child: proctest.Start(t, cmd, proctest.Options{Within: eventually}), t: t}
+		c.ready()
+		return c
+	}
+	h := as(fmt.Sprintf("5001:%d", gid), 0)
+	h.Send("acquire x")
+	h.Expect("acquired x")
+	o := as(fmt.Sprintf("5002:%d:hidepid", gid), syscall.CLONE_NEWNS)
+	o.Send("acquire x ifavailable")
+	o.Expect("notavailable x")
+	h.Kill()
+	o.Send("acquire x")
+	o.Expect("acquired x")
 }
