@@ -45,7 +45,8 @@ const formatRetired = 0xFFFFFFFF
 // FormatError reports a table file of another format.
 type FormatError struct {
 	Found uint32 // the file's format version (formatRetired: replaced)
-	InUse string // who still uses it, when Open could not replace it
+	InUse  string // who still uses it, when Open could not replace it (or an inspector found)
+	Unused bool   // an inspector found nobody using it: the next Open replaces it
 }
 
 func (e *FormatError) Error() string {
@@ -56,6 +57,8 @@ func (e *FormatError) Error() string {
 		return fmt.Sprintf("table: format = %d: the file was made by a newer shmlocks (this build reads format %d): upgrade this program", e.Found, FormatVersion)
 	case e.InUse != "":
 		return fmt.Sprintf("table: format = %d: the file was made by an older shmlocks (this build reads format %d) and is in use by %s: it is replaced by itself once no process uses it", e.Found, FormatVersion, e.InUse)
+	case e.Unused:
+		return fmt.Sprintf("table: format = %d: the file was made by an older shmlocks (this build reads format %d); no process uses it: the next Open replaces it", e.Found, FormatVersion)
 	}
 	return fmt.Sprintf("table: format = %d: the file was made by an older shmlocks (this build reads format %d)", e.Found, FormatVersion)
 }

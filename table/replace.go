@@ -99,3 +99,29 @@ func legacyUsers(b []byte) (int, string) {
 	}
 	return n, fmt.Sprintf("%d agents (pids %s)", n, strings.Join(pids, ", "))
 }
+
+// formatUse tells an inspector (dump, serve) who uses the table file at
+// path of an older format: a process of format 8 or later holding the
+// in-use lock, or agents of the old format naming running processes (a
+// hint: the kernel's lease, which alone would see every user, needs write
+// access). unused is true when neither is found.
+func formatUse(path string) (who string, unused bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	if locked, known := shm.RangeLocked(int(f.Fd()), shm.InUseStart, shm.InUseLen); known && locked {
+		return "a process holding its in-use lock", false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Size() > 1<<30 {
+		return "", false
+	}
+	b := make([]byte, fi.Size())
+	n, _ := f.ReadAt(b, 0)
+	if k, who := legacyUsers(b[:n]); k > 0 {
+		return who, false
+	}
+	return "", true
+}

@@ -90,6 +90,10 @@ func OpenReadOnly(path string) (*Table, error) {
 		return err
 	}
 	m, err := shm.OpenReadOnly(path, HeaderSize, validate)
+	var fe *FormatError
+	if errors.As(err, &fe) && fe.Found < FormatVersion {
+		fe.InUse, fe.Unused = formatUse(path)
+	}
 	if err != nil {
 		if errors.Is(err, shm.ErrTooSmall) {
 			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
