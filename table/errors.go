@@ -44,7 +44,7 @@ const formatRetired = 0xFFFFFFFF
 
 // FormatError reports a table file of another format.
 type FormatError struct {
-	Found uint32 // the file's format version (formatRetired: replaced)
+	Found  uint32 // the file's format version (formatRetired: replaced)
 	InUse  string // who still uses it, when Open could not replace it (or an inspector found)
 	Unused bool   // an inspector found nobody using it: the next Open replaces it
 }
