@@ -74,3 +74,16 @@ func (m *Manager) KeepAliveFile() (*os.File, error) {
 	}
 	return f, nil
 }
+
+// KeepAliveHeld reports whether a keep-alive file of the Manager's agent
+// (KeepAliveFile) is still open in some process, this one included: the
+// agent would then outlive this process.
+func (m *Manager) KeepAliveHeld() bool {
+	if m.t == nil || m.be != nil || !m.enter() {
+		return false
+	}
+	defer m.leave()
+	held := false
+	table.Guard(func() error { held = m.a.KeepAliveHeld(); return nil })
+	return held
+}

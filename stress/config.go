@@ -58,6 +58,11 @@ type Config struct {
 	// namespaces of its own (Linux, root or a user namespace allowing it):
 	// containers sharing the table; the checkers see every worker alike.
 	Namespaces bool
+	// KillEach (with Chaos) goes on after Duration until every feature has
+	// been killed at least once, for at most KillEachWithin more: a run
+	// that must kill each feature waits for it rather than assuming how
+	// many kills fit in Duration on a busy machine.
+	KillEach bool
 
 	// Features are what the worker processes do, one per process position
 	// in turn (FeaturePlain, FeatureExec, ...; empty: FeaturePlain). Every

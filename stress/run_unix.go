@@ -118,7 +118,11 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 	extra := 0
 	if cfg.Chaos > 0 {
 		if cfg.Ops == 0 {
-			extra = int(math.Ceil(cfg.Chaos*cfg.Duration.Seconds()*2)) + 16
+			secs := cfg.Duration.Seconds()
+			if cfg.KillEach {
+				secs += KillEachWithin.Seconds()
+			}
+			extra = int(math.Ceil(cfg.Chaos*secs*2)) + 16
 		} else {
 			extra = 4096
 		}
@@ -332,6 +336,7 @@ func (s *supervisor) run() *Report {
 	finished := false
 	select {
 	case <-timer:
+		finished = s.killEach(cfg)
 	case <-s.allDone:
 		finished = true
 	}
@@ -408,4 +413,41 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// KillEachWithin bounds how long Config.KillEach extends a run.
+const KillEachWithin = time.Minute
+
+// killEach waits, with cfg.KillEach and chaos on, until every feature has
+// been killed at least once (at most KillEachWithin); it reports whether
+// every worker finished meanwhile.
+func (s *supervisor) killEach(cfg Config) bool {
+	if !cfg.KillEach || cfg.Chaos <= 0 {
+		return false
+	}
+	feats := cfg.Features
+	if len(feats) == 0 {
+		feats = []string{FeaturePlain}
+	}
+	deadline := time.After(KillEachWithin)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		all := true
+		for _, f := range feats {
+			if s.r.featureKills(featureIndex(f)) == 0 {
+				all = false
+			}
+		}
+		if all {
+			return false
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return false
+		case <-s.allDone:
+			return true
+		}
+	}
 }

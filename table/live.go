@@ -207,3 +207,15 @@ func (t *Table) RingAcross(idx uint32) {
 // BumpAgentsGen tells the death watchers to look at the agents again (an
 // agent's death word was just set).
 func (t *Table) BumpAgentsGen() { t.bumpAgentsGen() }
+
+// KeepAliveHeld reports whether a keep-alive file of the agent (see
+// KeepAliveFile) is still open in some process: the kernel's word, through
+// the probe descriptor.
+func (a *Agent) KeepAliveHeld() bool {
+	fd := int(a.t.probe.Load())
+	if !shm.HasOFDLocks || fd < 0 {
+		return false
+	}
+	locked, known := shm.RangeLocked(fd, keepByte(a.Idx), 1)
+	return known && locked
+}

@@ -213,8 +213,11 @@ func TestExecProcessLeavingGroupDoesNotKeepLock(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { syscall.Kill(gone, syscall.SIGKILL) })
 	require.Equal(t, 0, exitCode(a))
-	r := shm(t, nil, "exec", "-t", tbl, "-n", "job", "echo", "free")
+	// Free while that process runs (the wrapper, or the table's reapers
+	// once fd 3 is closed, free it: waited for, within 10 s).
+	r := shm(t, nil, "exec", "-t", tbl, "-w", "10", "job", "echo", "free")
 	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, syscall.Kill(gone, 0), "the process that left still runs")
 }
 
 // The command's process waits for the go-ahead: if the wrapper dies before

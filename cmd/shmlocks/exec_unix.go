@@ -160,10 +160,10 @@ func execLocked(o *execOptions, stdout, stderr io.Writer) int {
 	status, stolen := c.wait(o, l, sigs, stderr)
 	switch {
 	case stolen:
-	case o.closeEarly || !table.GroupAlive(c.pgid, uint32(c.start)):
+	case o.closeEarly || !table.GroupAlive(c.pgid, uint32(c.start)) && !m.KeepAliveHeld():
 		l.Release()
 	default:
-		keep = true // the group's processes hold the lock now; the table frees it when they are gone
+		keep = true // the group's processes, or those holding the keep-alive descriptor, hold the lock now; the table frees it when they are gone
 		if o.verbose {
 			fmt.Fprintf(stderr, "shmlocks exec: processes of the command's group %d still run: they keep lock %q\n", c.pgid, o.name)
 		}
@@ -222,9 +222,12 @@ func startCommand(o *execOptions, m *manager.Manager, l *manager.Lock, stdout, s
 	// any process holds it, in any PID namespace, as flock(1)'s lock lives
 	// with the descriptor its command inherits. Where there is none, the
 	// command's group keeps the lock through SetCoOwner alone.
-	keep, kerr := m.KeepAliveFile()
-	if kerr == nil {
-		files = append(files, keep)
+	var keep *os.File
+	if !o.closeEarly { // -o: the command holds no descriptor of the lock, as with flock(1)
+		if f, err := m.KeepAliveFile(); err == nil {
+			keep = f
+			files = append(files, keep)
+		}
 	}
 	p, err := os.StartProcess(self, append([]string{"shmlocks", execChildArg, path}, o.argv...), &os.ProcAttr{
 		Env: env, Files: files, Sys: sys,
