@@ -2,13 +2,22 @@
 GO      ?= go
 TIMEOUT ?= 8m
 
-.PHONY: all build run demo test test-suites test-vets nested-build fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd cross-386 prom etcd etcd-vet bench clean
+.PHONY: all build lib run demo test test-suites test-vets nested-build fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd cross-386 prom etcd etcd-vet bench clean
 
 all: build
 
 build:
 	$(GO) build ./...
 	$(GO) build -o shmlocks ./cmd/shmlocks
+
+# libshmlocks.so and shmlocks.h, the C ABI (docs/c-abi.md), in LIBDIR; the
+# Python module (python/shmlocks) finds the library there. Needs gcc (cgo).
+LIBDIR ?= lib
+lib:
+	@command -v $${CC:-gcc} >/dev/null || { echo "make lib needs a C compiler (gcc, or CC) for cgo"; exit 1; }
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(LIBDIR)/libshmlocks.so ./capi
+	rm -f $(LIBDIR)/libshmlocks.h
+	cp capi/shmlocks.h $(LIBDIR)/shmlocks.h
 
 # The main job on the default table (see README): a 10-second stress run of
 # every feature (plain holders, shmlocks exec wrappers with running
@@ -144,4 +153,4 @@ bench:
 	GO=$(GO) COUNT=$(COUNT) OUT=bench-out bash docs/bench.sh
 
 clean:
-	rm -rf bench-out shmlocks
+	rm -rf bench-out shmlocks $(LIBDIR)
