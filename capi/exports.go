@@ -91,8 +91,15 @@ func shmlocksgo_close(table C.uint64_t, e *C.shmlocks_error) (rc C.int) {
 	defer guard(e, &rc)
 	registry.mu.Lock()
 	t := registry.tables[uint64(table)]
-	delete(registry.tables, uint64(table))
+	_, closed := registry.closed[uint64(table)]
+	if t != nil {
+		delete(registry.tables, uint64(table))
+		registry.closed[uint64(table)] = struct{}{}
+	}
 	registry.mu.Unlock()
+	if closed {
+		return errf(codeClosed, "shmlocks: table handle %#x was closed already", uint64(table)).put(e)
+	}
 	if t == nil {
 		return badHandle(uint64(table), kindTable).put(e)
 	}

@@ -70,12 +70,17 @@ var registry struct {
 	tables  map[uint64]*tableEntry
 	locks   map[uint64]*lockEntry
 	cancels map[uint64]*cancelEntry
+	// closed holds the table handles that were closed (8 bytes each, for
+	// the life of the process), so that a call on one says
+	// SHMLOCKS_ERR_CLOSED, as the manager does after Close.
+	closed map[uint64]struct{}
 }
 
 func init() {
 	registry.tables = map[uint64]*tableEntry{}
 	registry.locks = map[uint64]*lockEntry{}
 	registry.cancels = map[uint64]*cancelEntry{}
+	registry.closed = map[uint64]struct{}{}
 }
 
 // badHandle is the error for a handle h that should be of kind want.
@@ -92,7 +97,11 @@ func badHandle(h uint64, want handleKind) *apiError {
 func getTable(h uint64) (*tableEntry, *apiError) {
 	registry.mu.Lock()
 	t := registry.tables[h]
+	_, closed := registry.closed[h]
 	registry.mu.Unlock()
+	if closed {
+		return nil, errf(codeClosed, "shmlocks: table handle %#x was closed", h)
+	}
 	if t == nil {
 		return nil, badHandle(h, kindTable)
 	}

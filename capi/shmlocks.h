@@ -12,8 +12,9 @@
  *
  * Handles: tables, locks and cancel tokens are 64-bit integers, never
  * pointers, and never reused for the life of the process: a handle that was
- * closed, released, freed, never issued, or is of another kind is refused
- * with SHMLOCKS_ERR_BAD_HANDLE and changes nothing.
+ * released or freed, never issued, or is of another kind is refused with
+ * SHMLOCKS_ERR_BAD_HANDLE and changes nothing; a closed table's handle
+ * gives SHMLOCKS_ERR_CLOSED.
  *
  * Errors: every function that can fail returns 0 or a SHMLOCKS_ERR_* code,
  * and, when err is not NULL, fills err->code with the same code and
@@ -60,7 +61,7 @@ enum {
 	SHMLOCKS_ERR_CORRUPT = 8,       /* the file is not a valid lock table */
 	SHMLOCKS_ERR_UNSAFE = 9,        /* the table or its directory could be controlled by another user */
 	SHMLOCKS_ERR_DEADLOCK = 10,     /* the request was the victim of a wait-for cycle */
-	SHMLOCKS_ERR_BAD_HANDLE = 11,   /* a handle that is stale, released, freed, never issued or of another kind */
+	SHMLOCKS_ERR_BAD_HANDLE = 11,   /* a handle that was released or freed, never issued, or of another kind */
 	SHMLOCKS_ERR_INVALID = 12,      /* a bad argument: NULL pointer, unknown flag bit, bad option field */
 	SHMLOCKS_ERR_FORK = 13,         /* called in a child forked after the library was loaded */
 	SHMLOCKS_ERR_OPEN = 14,         /* the table file could not be opened or created (the OS error) */
@@ -97,7 +98,8 @@ int shmlocks_open(const char *path, const char *options_json, uint64_t *table, s
  * Closes a table handle: releases every lock taken through it (their lost
  * descriptors become readable; a later shmlocks_release of one returns
  * SHMLOCKS_ERR_CLOSED and frees its handle), aborts its pending requests
- * (SHMLOCKS_ERR_CLOSED) and deregisters the agent.
+ * (SHMLOCKS_ERR_CLOSED) and deregisters the agent. Every later call with the
+ * handle, a second close included, returns SHMLOCKS_ERR_CLOSED.
  */
 int shmlocks_close(uint64_t table, shmlocks_error *err);
 

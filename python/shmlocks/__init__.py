@@ -30,9 +30,9 @@ from . import _lib
 from ._errors import (Aborted, BadHandle, Closed, Corrupt, Deadlock, Error, ForkError, InternalError,
                       InvalidArgument, LibraryNotFound, NotAvailable, NotSupported, OpenError, Stolen,
                       TableError, TableFull, Timeout, Unsafe)
-from ._table import Lock, Table, _LockRequest
+from ._table import CancelToken, Lock, Table, _LockRequest
 
-__all__ = ["lock", "query", "table", "Table", "Lock", "Error", "NotSupported", "Aborted", "Timeout",
+__all__ = ["lock", "query", "table", "Table", "Lock", "CancelToken", "Error", "NotSupported", "Aborted", "Timeout",
            "NotAvailable", "Stolen", "Closed", "TableFull", "TableError", "Corrupt", "Unsafe", "Deadlock",
            "BadHandle", "InvalidArgument", "ForkError", "OpenError", "InternalError", "LibraryNotFound"]
 

@@ -164,10 +164,13 @@ class Table:
             _lib.check(rc, s[2])
         return s[0].value, s[1].value
 
-    def acquire(self, name, shared=False, if_available=False, steal=False, timeout=None):
+    def acquire(self, name, shared=False, if_available=False, steal=False, timeout=None, cancel=None):
         """Waits until name is granted and returns its Lock (release it).
-        Interruptible (KeyboardInterrupt) in the main thread."""
+        cancel: a CancelToken another thread may cancel (Aborted). The wait is
+        interruptible (KeyboardInterrupt) in the main thread."""
         nb, flags, ms = self._args(name, shared, if_available, steal, timeout)
+        if cancel is not None:
+            return self._grant(name, shared, self._call(nb, flags, ms, cancel.handle))
         if flags & (IF_AVAILABLE | STEAL) or ms == 0:
             return self._grant(name, shared, self._call(nb, flags, ms, 0))
         try:  # without waiting first: one call on the uncontended path
@@ -179,7 +182,7 @@ class Table:
         # The main thread waits where a signal (Ctrl-C) can reach it: the
         # request runs on a thread of its own, abandoned on an exception.
         claim, done = _Claim(), threading.Event()
-        cancel = _Cancel()
+        cancel = CancelToken()
         self._start(claim, nb, flags, ms, name, shared, cancel, done.set)
         try:
             done.wait()
@@ -209,7 +212,7 @@ class Table:
             except RuntimeError:  # the loop is closed: nobody will take the grant
                 claim.abandon()
 
-        claim, cancel = _Claim(), _Cancel()
+        claim, cancel = _Claim(), CancelToken()
         self._start(claim, nb, flags, ms, name, shared, cancel, wake)
         try:
             await fut
@@ -247,8 +250,10 @@ class Table:
         return res[0]
 
 
-class _Cancel:
-    """A cancel token of the library."""
+class CancelToken:
+    """Aborts the requests made with it (Table.acquire(cancel=...)), waiting
+    or later, with Aborted: cancel() may be called from any thread. Free it
+    (free(), or a with block) once those requests returned."""
 
     def __init__(self):
         l, err, h = _lib.lib(), _lib.new_error(), ctypes.c_uint64()
@@ -261,6 +266,13 @@ class _Cancel:
             if self.handle:
                 err = _lib.new_error()
                 _lib.lib().shmlocks_cancel(self.handle, ctypes.byref(err))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+        return False
 
     def free(self):
         with self.mu:
