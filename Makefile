@@ -2,7 +2,7 @@
 GO      ?= go
 TIMEOUT ?= 8m
 
-.PHONY: all build lib run demo test test-suites test-vets nested-build fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd cross-386 prom etcd etcd-vet bench clean
+.PHONY: all build lib test-lang bench-lang run demo test test-suites test-vets nested-build fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd cross-386 prom etcd etcd-vet bench clean
 
 all: build
 
@@ -18,6 +18,19 @@ lib:
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(LIBDIR)/libshmlocks.so ./capi
 	rm -f $(LIBDIR)/libshmlocks.h
 	cp capi/shmlocks.h $(LIBDIR)/shmlocks.h
+
+# The cross-language tests (python/tests, python3's unittest): Python, C, Go
+# and shmlocks exec on one table, the conformance cases through Python, fork,
+# bad input, asyncio, a chaos run that SIGKILLs Python and Go holders, the
+# examples. Needs gcc and python3 (3.9+); without them it says so and skips.
+# From an empty cache the c-shared build compiles the standard library once
+# more (-shared): about 26 s of a 2-CPU machine.
+LANG_TIMEOUT ?= 8m
+test-lang:
+	@if ! command -v $${CC:-gcc} >/dev/null || ! command -v python3 >/dev/null; then \
+		echo "test-lang: skipped: the cross-language tests need gcc (or CC) and python3 on PATH"; \
+	else $(MAKE) --no-print-directory lib && \
+		timeout -k 10 $(LANG_TIMEOUT) python3 -m unittest discover -s python/tests -t python/tests; fi
 
 # The main job on the default table (see README): a 10-second stress run of
 # every feature (plain holders, shmlocks exec wrappers with running
@@ -70,6 +83,7 @@ test-vets:
 	$(MAKE) --no-print-directory cross-darwin
 	$(MAKE) --no-print-directory cross-freebsd
 	$(MAKE) --no-print-directory nested-build
+	$(MAKE) --no-print-directory test-lang
 
 # The nested modules' tests compiled, not run (-run '^$$'): the vet lane ends
 # first, so it builds them for the suites lane, which then only runs them.
