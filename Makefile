@@ -165,6 +165,12 @@ etcd-vet:
 COUNT ?= 3
 bench:
 	GO=$(GO) COUNT=$(COUNT) OUT=bench-out bash docs/bench.sh
+	$(MAKE) --no-print-directory bench-lang
+
+# Uncontended acquire+release from Python and from C against flock in the
+# same language (capi/bench; docs/benchmarks.md, "Other languages").
+bench-lang: lib
+	COUNT=$(COUNT) OUT=bench-out LIBDIR=$(LIBDIR) bash capi/bench/bench-lang.sh
 
 clean:
 	rm -rf bench-out shmlocks $(LIBDIR)
