@@ -104,6 +104,34 @@ def _child_acquire(path):
         return "%s: %s" % (type(e).__name__, e)
 
 
+class Interrupt(TableTest):
+    def test_ctrl_c_withdraws_a_waiting_request_of_the_main_thread(self):
+        h = self.t.acquire("k")
+        code = textwrap.dedent("""
+            import sys
+            sys.path.insert(0, %r)
+            import shmlocks
+            try:
+                shmlocks.lock("k", table=%r).__enter__()
+                print("granted?!", flush=True)
+            except KeyboardInterrupt:
+                print("interrupted", flush=True)
+        """) % (os.path.join(ROOT, "python"), self.path)
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            eventually(lambda: len(pending(self.t, "k")) == 1, "the child's request queued")
+            p.send_signal(__import__("signal").SIGINT)
+            out, _ = p.communicate(timeout=EVENTUALLY)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.assertEqual(out, "interrupted\n")
+        self.assertEqual(pending(self.t, "k"), [])
+        h.release()
+        self.assertEqual(held(self.t, "k"), [])
+
+
 class BadInput(TableTest):
     """Bad input through the C functions: an error with a code and a message,
     never a crash, a hang or a lost lock."""
