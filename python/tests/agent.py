@@ -9,8 +9,9 @@ one command per line on stdin, one answer per line on stdout:
     release             -> released | error CODE_NAME MESSAGE   (the latest lock)
     waitlost MS         -> lost | notlost   (the latest lock's lost descriptor / channel)
     chaos NAME OCC LOG  -> never returns: takes NAME over and over; while it
-                           holds it, holds flock(OCC) without waiting (else
-                           prints and appends "violation") and appends
+                           holds it, holds a POSIX record lock on OCC (if
+                           another process has it, appends "blocked TOKEN PID
+                           HOLDERPID" and waits) and appends
                            "enter|mid|exit TOKEN PID" lines to LOG (O_APPEND)
     exit                -> (exits 0)
 
@@ -20,6 +21,7 @@ import fcntl
 import os
 import random
 import select
+import struct
 import sys
 import threading
 import time
@@ -33,24 +35,41 @@ def out(line):
     sys.stdout.flush()
 
 
+def occupy(fd):
+    """Takes a POSIX record lock on fd without waiting; 0 if taken, else the
+    pid of the process that holds it (F_GETLK)."""
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return 0
+        except OSError:
+            pass
+        r = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0))
+        typ, _, _, _, pid = struct.unpack("hhqqi4x", r)
+        if typ != fcntl.F_UNLCK:
+            return pid
+
+
 def chaos(table, name, occ, log):
     occ_fd = os.open(occ, os.O_RDWR | os.O_CREAT, 0o600)
     log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     pid = os.getpid()
     while True:
         with table.lock(name) as l:
-            try:
-                fcntl.flock(occ_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.write(log_fd, b"violation %d %d\n" % (l.token, pid))
-                out("violation")
-                continue
+            holder = occupy(occ_fd)
+            if holder:
+                # Someone holds the record lock: the test checks that it is a
+                # process it SIGKILLed (the kernel drops the lock when the
+                # last thread of a dead process has exited, which may come
+                # after its agent was reaped), then we wait for it.
+                os.write(log_fd, b"blocked %d %d %d\n" % (l.token, pid, holder))
+                fcntl.lockf(occ_fd, fcntl.LOCK_EX)
             os.write(log_fd, b"enter %d %d\n" % (l.token, pid))
             for _ in range(random.randrange(4)):
                 time.sleep(random.random() / 1000)
                 os.write(log_fd, b"mid %d %d\n" % (l.token, pid))
             os.write(log_fd, b"exit %d %d\n" % (l.token, pid))
-            fcntl.flock(occ_fd, fcntl.LOCK_UN)
+            fcntl.lockf(occ_fd, fcntl.LOCK_UN)
 
 
 def main():

@@ -98,17 +98,18 @@ func chaos(m *manager.Manager, name, occ, log string) {
 	if err != nil {
 		panic(err)
 	}
-	pid := os.Getpid()
+	pid, fd := os.Getpid(), int(occF.Fd())
 	for {
 		l, err := m.Acquire(context.Background(), name, manager.RequestOptions{})
 		if err != nil {
 			panic(err)
 		}
-		if err := syscall.Flock(int(occF.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			fmt.Fprintf(logF, "violation %d %d\n", l.Token(), pid)
-			fmt.Println("violation")
-			l.Release()
-			continue
+		if holder := occupy(fd); holder != 0 {
+			fmt.Fprintf(logF, "blocked %d %d %d\n", l.Token(), pid, holder)
+			lk := syscall.Flock_t{Type: syscall.F_WRLCK}
+			if err := syscall.FcntlFlock(uintptr(fd), syscall.F_SETLKW, &lk); err != nil {
+				panic(err)
+			}
 		}
 		fmt.Fprintf(logF, "enter %d %d\n", l.Token(), pid)
 		for i := rand.IntN(4); i > 0; i-- {
@@ -116,8 +117,27 @@ func chaos(m *manager.Manager, name, occ, log string) {
 			fmt.Fprintf(logF, "mid %d %d\n", l.Token(), pid)
 		}
 		fmt.Fprintf(logF, "exit %d %d\n", l.Token(), pid)
-		syscall.Flock(int(occF.Fd()), syscall.LOCK_UN)
+		un := syscall.Flock_t{Type: syscall.F_UNLCK}
+		syscall.FcntlFlock(uintptr(fd), syscall.F_SETLK, &un)
 		l.Release()
+	}
+}
+
+// occupy takes a POSIX record lock on fd without waiting: 0 if taken, else
+// the pid of the process that holds it (F_GETLK).
+func occupy(fd int) int {
+	for {
+		lk := syscall.Flock_t{Type: syscall.F_WRLCK}
+		if syscall.FcntlFlock(uintptr(fd), syscall.F_SETLK, &lk) == nil {
+			return 0
+		}
+		q := syscall.Flock_t{Type: syscall.F_WRLCK}
+		if err := syscall.FcntlFlock(uintptr(fd), syscall.F_GETLK, &q); err != nil {
+			panic(err)
+		}
+		if q.Type != syscall.F_UNLCK {
+			return int(q.Pid)
+		}
 	}
 }
 
