@@ -73,6 +73,7 @@ func shmlocksgo_open(path, optionsJSON *C.char, out *C.uint64_t, e *C.shmlocks_e
 	if err != nil {
 		return fromGo(err).put(e)
 	}
+	noteTable(m.Path())
 	st, err := m.Stats()
 	if err != nil {
 		m.Close()

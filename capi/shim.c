@@ -11,6 +11,8 @@
 #include <string.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "shmlocks.h"
 #include "_cgo_export.h"
@@ -23,7 +25,44 @@
 static pid_t loadPid;
 static volatile int forked;
 
-static void shmlocks_atfork_child(void) { forked = 1; }
+// The table files this process opened (device and inode): a child forked
+// after the load closes every descriptor of them it inherited. An agent is
+// alive while any open file holding its lock byte exists (the kernel's
+// word, docs/design.md §6): a child that kept the parent's descriptors
+// would keep the parent's locks after the parent died, for the child's
+// whole life, without ever being able to release them.
+#define MAX_TABLES 64
+static struct { dev_t dev; ino_t ino; } tables[MAX_TABLES];
+static volatile int ntables;
+
+void shmlocks_note_table(unsigned long long dev, unsigned long long ino) {
+	int n = ntables;
+	for (int i = 0; i < n; i++)
+		if (tables[i].dev == (dev_t)dev && tables[i].ino == (ino_t)ino) return;
+	if (n < MAX_TABLES) {
+		tables[n].dev = (dev_t)dev;
+		tables[n].ino = (ino_t)ino;
+		ntables = n + 1;
+	}
+}
+
+static void shmlocks_atfork_child(void) {
+	forked = 1;
+	struct rlimit rl;
+	long max = 4096;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < 1 << 20) max = (long)rl.rlim_cur;
+	int n = ntables;
+	for (long fd = 0; fd < max && n > 0; fd++) {
+		struct stat st;
+		if (fstat((int)fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+		for (int i = 0; i < n; i++) {
+			if (st.st_dev == tables[i].dev && st.st_ino == tables[i].ino) {
+				close((int)fd);
+				break;
+			}
+		}
+	}
+}
 
 __attribute__((constructor)) static void shmlocks_load(void) {
 	loadPid = getpid();

@@ -69,6 +69,40 @@ class Fork(TableTest):
         l.release()
         self.t.acquire("f").release()
 
+    def test_forked_child_does_not_keep_a_dead_parents_locks(self):
+        # A holder forks a child that outlives it (a pre-forking server's
+        # worker): the child closes the library's descriptors of the table
+        # at the fork, so the parent's SIGKILL frees its lock for the next
+        # holder while the child still runs.
+        code = textwrap.dedent("""
+            import os, sys, time
+            sys.path.insert(0, %r)
+            import shmlocks
+            l = shmlocks.Table(%r).acquire("orphaned")
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(60)
+                os._exit(0)
+            print(pid, flush=True)
+            time.sleep(60)
+        """) % (os.path.join(ROOT, "python"), self.path)
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        child = None
+        try:
+            child = int(p.stdout.readline())
+            eventually(lambda: len(held(self.t, "orphaned")) == 1, "the parent holds it")
+            p.kill()
+            p.wait()
+            os.kill(child, 0)  # the forked child still runs
+            l = self.t.acquire("orphaned", timeout=EVENTUALLY)
+            l.release()
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            if child:
+                os.kill(child, 9)
+
     def test_multiprocessing_fork_and_spawn(self):
         self.t.query()  # loaded in this process
         ctx = multiprocessing.get_context("fork")
