@@ -36,7 +36,8 @@ import (
 // more threads). Woken by a death, a watcher wakes every other waiter of
 // that word (the kernel woke one) and hands the agent to the reaper, which
 // reaps it once its lock byte is free. Every return rebuilds the set; a
-// timeout of a second bounds a missed registration.
+// timeout (watchTimeout) bounds a missed registration, or a wake the kernel
+// gave to a watcher killed before it passed it on.
 //
 // A death word is a hint: the proof is the agent's lock byte (live.go). A
 // TID of another namespace that collides with ours is harmless: the kernel
@@ -219,7 +220,7 @@ func (d *deathWatch) build(n int, ws []futexWaitv, idxs []uint32, words []uint64
 	}
 	per0, per := waitvMax-watchFixed0, waitvMax-watchFixed
 	k := 0 // position among the watched agents
-	for idx := uint32(0); interested && idx < uint32(r.t.Geometry().MaxAgents); idx++ {
+	for idx := uint32(0); idx < uint32(r.t.Geometry().MaxAgents); idx++ {
 		word := r.t.AgentWord(idx)
 		if idx == r.a.Idx || word == 0 {
 			continue
@@ -230,10 +231,15 @@ func (d *deathWatch) build(n int, ws []futexWaitv, idxs []uint32, words []uint64
 			continue // no sentinel (yet): the full pass covers it
 		}
 		if v&futexOwnerDied != 0 {
+			// Handled whether or not this Manager waits: the kernel woke
+			// one watcher, maybe this one, whose waits have ended since.
 			if !d.r.handling(idx, word) {
-				futex.Wake(dp, 1<<30) // the kernel woke one watcher: wake the rest
+				futex.Wake(dp, 1<<30) // wake the rest
 				d.r.hint(idx, word)
 			}
+			continue
+		}
+		if !interested {
 			continue
 		}
 		mine := k < per0 && n == 0 || k >= per0 && (k-per0)/per+1 == n
@@ -285,13 +291,17 @@ func (d *deathWatch) grow(need int) {
 	}
 }
 
-// waitv waits on ws (futex_waitv, Linux 5.16) up to a second; it returns
+// watchTimeout bounds a watcher's wait: a wake the kernel gave to a thread
+// that was killed before passing it on is picked up by then.
+const watchTimeout = 250 * time.Millisecond
+
+// waitv waits on ws (futex_waitv, Linux 5.16) up to watchTimeout; it returns
 // the index of the word woken, or an error (EAGAIN: a value had changed,
 // ETIMEDOUT, EINTR, ENOSYS).
 func waitv(ws []futexWaitv) (int, error) {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	ts.Sec++
+	ts = unix.NsecToTimespec(unix.TimespecToNsec(ts) + int64(watchTimeout))
 	r, _, errno := unix.Syscall6(unix.SYS_FUTEX_WAITV, uintptr(unsafe.Pointer(&ws[0])), uintptr(len(ws)), 0,
 		uintptr(unsafe.Pointer(&ts)), unix.CLOCK_MONOTONIC, 0)
 	runtime.KeepAlive(ws)
