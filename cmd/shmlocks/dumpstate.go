@@ -108,7 +108,7 @@ func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) 
 				case a.OtherPidNS && a.PidNS != 0:
 					// Its PID names a process of its own PID namespace (a
 					// container): this process cannot see it.
-					command = "(other PID namespace)"
+					command = "(other pid ns)"
 				case table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot}):
 					command = procCommand(a.PID)
 				case a.CoOwner != 0:
