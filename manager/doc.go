@@ -84,7 +84,7 @@
 //	             latch)                                              │        │
 //	                       doorbell ─▶ bell loop ─▶ scan ────────────┘        │
 //	                       (a ring)    (netpoller)                            │
-//	                       reaper: pidfds of the other agents ─▶ reap the dead┘
+//	                       reaper: death words (kernel) ─▶ lock byte free ─▶ reap┘
 //
 // The words of the wake-up path, one concept each:
 //
@@ -97,7 +97,9 @@
 //     (table.Wakes): poke our own parked requests, ring the other agents.
 //   - poke: wake one parked request of this Manager through its channel,
 //     by slot; no syscall (scan.go, pokeSlot).
-//   - ring: wake another agent: one byte to its doorbell (doorbell_*.go).
+//   - ring: wake another agent: one byte to its doorbell, and, for an
+//     agent of another network namespace, its cross-namespace bell word
+//     (manager/internal/wake, bell_*.go).
 //   - doorbell: an agent's receiving end of rings (a datagram socket on
 //     Linux, a polled word elsewhere); the bell loop is the goroutine that
 //     waits on it and runs a scan per ring.
@@ -108,12 +110,12 @@
 //     grant: one grant ahead of its turn (wake-ahead, from a scan) or at
 //     the grant of the request before it of the same Manager (relay,
 //     relayNext, on a crowded table).
-//   - kick: ask the reaper, the death watcher, to refresh the set of
-//     agents it watches (reaper_*.go).
+//   - kick: arm the reaper, the death watcher: while the Manager waits its
+//     threads wait on the other agents' death words (manager/internal/wake).
 //
 // The turn rules (turns.go, OpenOptions.HandOver) decide who runs after a
 // release; the table's queue alone decides grants, so FIFO per request
-// holds across processes. docs/design.md §4 ("Who wakes whom") gives the
+// holds across processes. docs/waiting.md ("Who wakes whom") gives the
 // protocol, and the file layout, state machines, memory-ordering argument,
 // invariants and failure model are in the rest of docs/design.md.
 package manager

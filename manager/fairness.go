@@ -10,7 +10,7 @@ import (
 
 // Fairness is the order in which a table grants a name's requests, fixed
 // when the table file is created (like its geometry: an existing file
-// keeps its own; Manager.Fairness says which). See docs/design.md §4,
+// keeps its own; Manager.Fairness says which). See docs/waiting.md,
 // "Bounded fairness".
 //
 // FIFO, the default, is Web Locks' order: per name, requests are granted

@@ -25,7 +25,7 @@ type OpenOptions struct {
 
 	// HandOver trades fairness per goroutine for throughput when many
 	// goroutines of this process contend for a name with short sections
-	// (turns.go, docs/design.md §4). A release that grants a sleeping
+	// (turns.go, docs/waiting.md). A release that grants a sleeping
 	// request of this Manager yields the goroutine's P to it, and while a
 	// goroutine sits in such a yield every 16th release of the Manager
 	// yields too, so that goroutines take turns at a name their hand-overs
@@ -40,7 +40,7 @@ type OpenOptions struct {
 	// take a released name first, and without the hand-over the
 	// goroutines that sleep get a share of the grants only at the
 	// bound's hand-offs: at 1 x 64 on 2 CPUs max/min grants per goroutine
-	// 2.3-4.7 without, 1.2 with, for 18% fewer grants; docs/design.md §4).
+	// 2.3-4.7 without, 1.2 with, for 18% fewer grants; docs/waiting.md).
 	HandOver bool
 
 	// Fairness is the order in which the table grants a name's requests:

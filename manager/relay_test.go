@@ -13,7 +13,7 @@ import (
 // TestRelayReadiesNextLocalRequest: when a request of a Manager is granted
 // after it waited, the earliest of that Manager's requests still asleep on
 // the name is readied to spin (relayNext: the two-level queue's "each grant
-// readies the next local one", docs/design.md §4) while the granted one
+// readies the next local one", docs/waiting.md) while the granted one
 // still holds, instead of sleeping until the doorbell: on a table with more
 // agents than the process has CPUs, while more of the Manager's requests
 // wait than it has Ps (relays). A readied request, granted after it spun,

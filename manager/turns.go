@@ -7,7 +7,7 @@ import (
 )
 
 // Turns: with OpenOptions.HandOver, when a release gives the goroutine's
-// P to the other goroutines of this process (docs/design.md §4, "Hand-over
+// P to the other goroutines of this process (docs/waiting.md, "Hand-over
 // at a release"). Like the waiting policy it decides who runs, never who
 // is granted: the table's queue alone orders requests, and a yield happens
 // only after a release has completed, so no request is made later than

@@ -11,7 +11,7 @@ import (
 
 // Waiting for a queued request's grant: a spin on its slot word, a park
 // on its channel, the wake-ahead and the relay to the next request of the
-// same Manager (the two-level queue of docs/design.md §4), and abort when
+// same Manager (the two-level queue of docs/waiting.md), and abort when
 // its context ends. Which requests spin, and how, is waitpolicy.go's; who
 // is granted is the table's queue's alone.
 
@@ -20,7 +20,7 @@ import (
 // A queued request first spins on its own slot word, if one of its
 // Manager's spinWindow places is free and few of its Manager's requests
 // wait (arrivalSpins; else it parks at once: the two-level queue of
-// docs/design.md §4). It keeps its CPU
+// docs/waiting.md). It keeps its CPU
 // while it spins (it yields only to the goroutines of its own process):
 // a waiter that gave its CPU to the kernel would be off it when its turn
 // comes, and every later grant would wait for a process to be scheduled
@@ -365,7 +365,7 @@ func (m *Manager) abort(ctx context.Context, name string, ref table.Ref) (uint64
 // bell loop's netpoller thread, then a thread to run the waiter;
 // docs/experiments.md). This is the
 // two-level queue's "each grant readies the next local request"
-// (docs/design.md §4); the table's queue alone decides the order. Only when
+// (docs/waiting.md); the table's queue alone decides the order. Only when
 // relays says so (a crowded table, more of our requests waiting than we
 // can spin) and when this process may use several CPUs (on one, spinStep
 // parks at once): relayWanted.

@@ -9,7 +9,7 @@ import (
 // The waiting policy: when a request that finds its name taken gives its
 // CPU away before it joins the queue, which queued requests spin and how,
 // and which sleep at once. None of it decides who is granted: only the
-// table's queue does, in order (docs/design.md §4). It decides who burns
+// table's queue does, in order (docs/waiting.md). It decides who burns
 // a CPU, and when.
 
 const (
@@ -208,7 +208,7 @@ func (m *Manager) arrivalMaySpin() bool {
 // doorbell, often a spinner's). It is worth it because a Gosched with an
 // idle P calls wakep, which wakes an idle thread of the process: on every
 // look, a thread that competes for the CPUs with the holder and the next in
-// line (docs/design.md §4). A process confined to one CPU keeps spinStep.
+// line (docs/waiting.md). A process confined to one CPU keeps spinStep.
 func spinLooksOnly(oneCPU bool, spinners, procs int32, parked uint32) bool {
 	return !oneCPU && spinners < procs && parked == 0
 }
@@ -230,7 +230,7 @@ const (
 // do not help it and cost it its share of the CPU: on this kernel (EEVDF,
 // Linux 6.18) a sched_yield forfeits the rest of the yielder's time slice,
 // so a process that yields ten times per wait runs far less than one that
-// sleeps (BenchmarkYieldShare; docs/design.md §4).
+// sleeps (BenchmarkYieldShare; docs/waiting.md).
 func spinStep(i int, oneCPU, yields bool) spinAction {
 	switch {
 	case !oneCPU && yields:
@@ -339,7 +339,7 @@ const turnPatience = 2 * time.Microsecond
 // spinners than Ps make every spinner's Gosched a trip through the
 // runtime's run queues and keep the holder, often a goroutine of the same
 // process, off a P; 4 leaves the workloads with at most 3 waiting requests
-// per process spinning as before (docs/design.md §4, docs/experiments.md).
+// per process spinning as before (docs/waiting.md, docs/experiments.md).
 const spinWindow = 4
 
 // takeSpinPlace takes one of the spinWindow places of this Manager's

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestYieldPolicyInputs: the two inputs of the waiting policy (docs/design.md
-// §4). A Manager yields at most once per yieldEvery and records the time it
+// TestYieldPolicyInputs: the two inputs of the waiting policy (docs/waiting.md)
+// A Manager yields at most once per yieldEvery and records the time it
 // got its CPU back; a process confined to one CPU is recognised (waiters
 // then yield to the OS), and one that is not, is not.
 func TestYieldPolicyInputs(t *testing.T) {
@@ -55,7 +55,7 @@ func TestYieldPolicyInputs(t *testing.T) {
 	require.Equal(t, orig.Count() == 1, m.onOneCPU())
 }
 
-// TestSpinStep: the waiting policy's steps (docs/design.md §4). A waiter
+// TestSpinStep: the waiting policy's steps (docs/waiting.md). A waiter
 // that may use several CPUs never stops by itself (its budget does that) and
 // gives its CPU to the OS only when spinYields says so, then at every step;
 // one confined to one CPU lets its own goroutines run, yields to the OS

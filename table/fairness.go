@@ -10,7 +10,7 @@ import (
 
 // Fairness: the order in which a name's requests are granted, a property
 // of the table recorded in its header when the file is created
-// (docs/design.md §4, "Bounded fairness").
+// (docs/waiting.md, "Bounded fairness").
 //
 //	FIFO (bound 0)     strict arrival order per request (Web Locks): a
 //	                   release hands the name to the head of its queue

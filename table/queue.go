@@ -249,7 +249,7 @@ func (t *Table) processQueue(e uint32, w *Wakes) {
 		}
 		t.linkHeld(s, e, mode, held)
 		crash("grant.linked")
-		t.ringIfAsleep(s, w) // after markHeld's store: no lost wake-up (docs/design.md §4)
+		t.ringIfAsleep(s, w) // after markHeld's store: no lost wake-up (docs/waiting.md)
 		if mode != ModeShared {
 			return
 		}

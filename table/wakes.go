@@ -3,7 +3,7 @@ package table
 import "sync/atomic"
 
 // Who is told after a table operation, and how: the agents noted under
-// the latch are rung after it is released (docs/design.md §4).
+// the latch are rung after it is released (docs/waiting.md).
 
 // Wakes collects the agents to notify after a table operation: those whose
 // sleeping requests were granted or made the head of their queue, those

@@ -9,7 +9,7 @@ import (
 	"github.com/shmlocks/shmlocks/table"
 )
 
-// The reaper, a Manager's death watcher. Without pidfds (or with the
+// The reaper, a Manager's death watcher. Without futex_waitv (or with the
 // shmlocks_poll build tag) a Manager with waiting requests checks the
 // liveness of every agent every reapPoll: a dead holder's waiters are
 // granted within that interval.
