@@ -257,7 +257,7 @@ func TestDumpCheck(t *testing.T) {
 	require.Contains(t, r.stdout, "consistent")
 
 	r = shm(t, nil, "dump", "--check", "--table", filepath.Join(t.TempDir(), "missing.tbl"))
-	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, exitNoTable, r.code)
 	require.Contains(t, r.stderr, "no table")
 
 	// A torn outcome file of Coalesce beside the table fails the check too.
@@ -296,7 +296,7 @@ func TestDumpCorrupt(t *testing.T) {
 	require.Contains(t, r.stderr, "file size")
 
 	r = shm(t, nil, "dump", "--table", filepath.Join(dir, "missing.tbl"))
-	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, exitNoTable, r.code)
 	require.Contains(t, r.stderr, "no table at")
 }
 

@@ -41,7 +41,9 @@ holder. A missing table is served as shmlocks_table_up 0 and picked up when
 it appears; a table file replaced by another is re-opened.
 
 Listen on loopback unless the network is trusted: the lock names are
-exported. SIGINT or SIGTERM stop the server (exit 0).
+exported. SIGINT or SIGTERM stop the server (exit 0). Exit status: 64
+usage error; 69 the address cannot be listened on (in use, not
+allowed); 71 internal error.
 
 %s`
 
@@ -69,9 +71,13 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		path = defaultTablePath()
 	}
 	ln, err := net.Listen("tcp", *addr)
+	var bad *net.AddrError
+	var dns *net.DNSError
+	if errors.As(err, &bad) || errors.As(err, &dns) { // not an address: a usage error
+		return f.usageError("--metrics %s: %v", *addr, errors.Unwrap(err))
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "shmlocks serve: %v\n", err)
-		return exitFailure
+		return failf(stderr, "serve", exitUnavailable, "cannot listen on %s: %v", *addr, errors.Unwrap(err))
 	}
 	src := &tableSource{path: path}
 	defer src.close()
@@ -106,8 +112,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
-		fmt.Fprintf(stderr, "shmlocks serve: %v\n", err)
-		return exitFailure
+		return failf(stderr, "serve", exitOSErr, "%v", err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
