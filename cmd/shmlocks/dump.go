@@ -215,6 +215,18 @@ func dumpCheck(path string, stdout, stderr io.Writer, openErr func(error) int) i
 	u := t.Usage()
 	// Our own agent is counted in Usage; report the others.
 	fmt.Fprintf(stdout, "%s: consistent (%d other agents, %d held, %d waiting)\n", path, u.Agents-1, u.Held, u.Waiting)
+	// Agents whose recorded process is gone but whose co-owners (the
+	// process group of a shmlocks exec command) hold their locks: not a
+	// violation, but the PID recorded for them names nobody.
+	for _, ag := range t.Agents() {
+		if ag.State != table.AgentAlive || ag.CoOwner == 0 {
+			continue
+		}
+		if h := agentHolder(&ag); !h.ProcessAlive && h.GroupAlive {
+			fmt.Fprintf(stdout, "agent %d (client %s): its process %d (a shmlocks exec wrapper) is gone; its command's process group %d holds its locks (pid %d: %s)\n",
+				ag.Index, inspect.ClientID(ag.Nonce), ag.PID, h.Group, h.HolderPID, commandOrUnknown(h.HolderCommand))
+		}
+	}
 	g, cycles, err := confirmedCycles(t, a)
 	if err != nil {
 		code, msg := tableFailure(path, err, exitOSErr)
@@ -227,4 +239,12 @@ func dumpCheck(path string, stdout, stderr io.Writer, openErr func(error) int) i
 		return exitFailure
 	}
 	return exitOK
+}
+
+// commandOrUnknown is c, or "command unknown".
+func commandOrUnknown(c string) string {
+	if c == "" {
+		return "command unknown"
+	}
+	return c
 }
