@@ -131,8 +131,9 @@ type jsonNode struct {
 
 type jsonWait struct {
 	jsonNode
-	// WaitsFor are the holders of its name and the requests queued ahead
-	// of it whose mode conflicts with its own (empty: about to be granted).
+	// WaitsFor is every request holding its name or queued ahead of it on
+	// its name whose mode conflicts with its own, as pg_blocking_pids
+	// (blockers; empty: about to be granted).
 	WaitsFor []jsonNode `json:"waitsFor"`
 }
 
@@ -161,6 +162,7 @@ func dumpJSON(st *dumpState) *jsonDump {
 			WaitingSeconds: seconds(age), Dead: l.Dead(), jsonHolder: newJSONHolder(&l.holder)}
 	}
 	g := st.Waits
+	blocking := blockers(g)
 	for _, i := range sortedPending(st) {
 		if !validMode(st.Pending[i].Mode) {
 			continue
@@ -168,7 +170,7 @@ func dumpJSON(st *dumpState) *jsonDump {
 		d.Pending = append(d.Pending, pend(&st.Pending[i]))
 		n := g.NHeld + i
 		w := jsonWait{jsonNode: node(&g.Nodes[n], false), WaitsFor: []jsonNode{}}
-		for _, j := range g.Out[n] {
+		for _, j := range blocking[i] {
 			w.WaitsFor = append(w.WaitsFor, node(&g.Nodes[j], g.Held(j)))
 		}
 		d.WaitsFor = append(d.WaitsFor, w)
