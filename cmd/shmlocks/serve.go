@@ -28,8 +28,13 @@ GET /metrics answers in the Prometheus text format (version 0.0.4):
   shmlocks_table_agents, _agents_dead, _agents_limit
   shmlocks_table_reaps_total, _repairs_total     (for the life of the file)
   shmlocks_table_longest_wait_seconds
+  shmlocks_table_scrape_duration_seconds        (time taken to read the table)
   shmlocks_lock_holders{name,mode}, shmlocks_lock_waiting{name,mode}
   shmlocks_lock_longest_wait_seconds{name}, shmlocks_lock_longest_hold_seconds{name}
+
+A lock name that is not valid UTF-8 (a label value must be) has each
+invalid byte as U+FFFD in name and its exact bytes in a second label,
+name_base64: names that differ are always different series.
 
 The per-name series (--names, on by default) exist only for names held or
 waited for at the scrape: at most the table's MaxResources (4096 by
