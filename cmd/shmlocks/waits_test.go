@@ -148,7 +148,7 @@ func TestDumpWaitsForIsBlockingPIDs(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
 	want := map[string][]string{
-		ms[0].ClientID(): {h.ClientID()} /* X1: nothing else ahead; the shared holder conflicts */,
+		ms[0].ClientID(): {h.ClientID()}, /* X1: nothing else ahead; the shared holder conflicts */
 		ms[1].ClientID(): {ms[0].ClientID()},
 		ms[2].ClientID(): {h.ClientID(), ms[0].ClientID(), ms[1].ClientID()},
 		ms[3].ClientID(): {ms[0].ClientID(), ms[2].ClientID()},
