@@ -2,7 +2,7 @@
 GO      ?= go
 TIMEOUT ?= 8m
 
-.PHONY: all build run demo test test-suites test-vets release-check nested-build fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd cross-386 prom etcd etcd-vet bench clean
+.PHONY: all build run demo test test-suites test-vets release-check docs nested-build fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd cross-386 prom etcd etcd-vet bench clean
 
 all: build
 
@@ -49,6 +49,7 @@ test: fmt
 test-suites:
 	$(MAKE) --no-print-directory race
 	$(MAKE) --no-print-directory faults
+	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory poll
 	$(MAKE) --no-print-directory 386run
 	$(MAKE) --no-print-directory cross-386
@@ -85,6 +86,12 @@ race:
 # skipFaultsUnderRace in manager/helpers_test.go).
 faults:
 	$(GO) test -count=1 -timeout $(TIMEOUT) -run '^(TestTruncatedUnderUs|TestTruncatedUnderUsOperations|TestLogCorrupt)$$' ./manager
+
+# Every command line of README.md and docs/cli.md that can run on a fresh
+# machine, run as written (TestDocsCommandLines), on the build without the
+# race detector (which skips it: its stress runs would take minutes).
+docs:
+	$(GO) test -count=1 -timeout $(TIMEOUT) -run '^TestDocsCommandLines$$' ./cmd/shmlocks
 
 poll:
 	$(GO) test -tags shmlocks_poll -short -count=1 -timeout $(TIMEOUT) ./...

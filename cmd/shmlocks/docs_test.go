@@ -92,6 +92,11 @@ func docLines(t *testing.T, file string) []string {
 }
 
 func TestDocsCommandLines(t *testing.T) {
+	if slices.Contains(buildFlags, "-race") {
+		// Its stress runs take half a minute of a race-enabled binary:
+		// make docs runs it on the plain build (make test does).
+		t.Skip("run without the race detector: make docs")
+	}
 	root := filepath.Join("..", "..")
 	var lines []string
 	for _, f := range []string{"README.md", filepath.Join("docs", "cli.md")} {

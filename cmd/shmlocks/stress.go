@@ -98,7 +98,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Goroutines, "goroutines", 2, "requesting goroutines per process")
 	fs.IntVar(&cfg.Names, "names", 4, "lock names (stress-0, stress-1, ...)")
 	fs.Var(newDuration(&cfg.Duration, 0), "duration", "run length, more than 0 (default 5s unless --ops)")
-	fs.IntVar(&cfg.Ops, "ops", 0, "requests per goroutine instead of a duration")
+	fs.IntVar(&cfg.Ops, "ops", 0, "requests per goroutine instead of a duration (0: none)")
 	fs.Float64Var(&cfg.Shared, "shared", 0.3, "fraction of requests in shared mode")
 	fs.Float64Var(&cfg.IfAvailable, "if-available", 0.1, "fraction of requests made with IfAvailable")
 	fs.Float64Var(&cfg.Steal, "steal", 0.01, "fraction of exclusive waiting requests made with Steal (shmlocks only)")
@@ -139,8 +139,8 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case set["duration"] && cfg.Duration <= 0:
 		return fs.usageError("--duration must be more than 0 (leave it out for 5s)")
-	case set["ops"] && cfg.Ops < 1:
-		return fs.usageError("--ops must be at least 1")
+	case cfg.Ops < 0:
+		return fs.usageError("--ops must not be negative (0: none, run for --duration)")
 	case set["deadline"] && cfg.Deadline <= 0:
 		return fs.usageError("--deadline must be more than 0 (leave it out for 5ms)")
 	case set["stuck"] && cfg.Stuck <= 0:
