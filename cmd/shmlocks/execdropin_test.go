@@ -161,6 +161,7 @@ func TestExecRefusesPlantedTable(t *testing.T) {
 	require.Empty(t, r.stdout)
 	require.Contains(t, r.stderr, "owned by uid 4242")
 	require.Contains(t, r.stderr, "world-writable")
+	require.Equal(t, 1, strings.Count(r.stderr, "shmlocks"), "one 'shmlocks exec:' prefix, no 'shmlocks:' after it: %s", r.stderr)
 
 	// Shared on purpose: a group directory nobody else can write to.
 	team := filepath.Join(t.TempDir(), "team")
