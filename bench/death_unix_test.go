@@ -17,8 +17,13 @@ import (
 
 // BenchmarkDeathToGrant: a child process holds both a shmlocks lock and an
 // flock(2) lock; this process waits on both; one SIGKILL. Reported: the
-// median and p99 time from the kill to each waiter's grant, side by side.
+// median and p99 time from the kill to each waiter's grant, side by side;
+// and, where this process may create namespaces (root), the same with the
+// holder in new PID and network namespaces of its own (a container sharing
+// the table), every other iteration (ns-p50-us, ns-p99-us, ratio-ns-p50:
+// that over the same-namespace median of the same run).
 func BenchmarkDeathToGrant(b *testing.B) {
+	nsOK := canUnshare()
 	path := filepath.Join(b.TempDir(), "death.tbl")
 	flockPath := filepath.Join(b.TempDir(), "death.flock")
 	m, err := manager.Open(path, nil)
@@ -26,9 +31,13 @@ func BenchmarkDeathToGrant(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	var ours, theirs []time.Duration
-	for i := 0; i < b.N; i++ {
-		c := spawnHolder(b, path)
+	var ours, theirs, across []time.Duration
+	for i := 0; i < b.N*2; i++ {
+		inNS := i%2 == 1
+		if inNS && !nsOK {
+			continue
+		}
+		c := spawnHolderIn(b, path, inNS)
 		c.Send("acquire d")
 		c.Expect("acquired d")
 		c.Send("flock %s", flockPath)
@@ -63,20 +72,43 @@ func BenchmarkDeathToGrant(b *testing.B) {
 		if os.Getenv("DEBUG_REAP") != "" {
 			println("kill", t0.UnixMicro(), "grant", tg.UnixMicro(), "flock", tf.UnixMicro())
 		}
-		ours = append(ours, tg.Sub(t0))
-		theirs = append(theirs, tf.Sub(t0))
+		if inNS {
+			across = append(across, tg.Sub(t0))
+		} else {
+			ours = append(ours, tg.Sub(t0))
+			theirs = append(theirs, tf.Sub(t0))
+		}
 		cancel()
 		f.Close()
 		c.Wait()
 	}
 	slices.Sort(ours)
 	slices.Sort(theirs)
+	slices.Sort(across)
 	pct := func(d []time.Duration, p float64) float64 { return float64(d[int(float64(len(d)-1)*p)].Microseconds()) }
 	b.ReportMetric(pct(ours, 0.5), "shm-p50-us")
 	b.ReportMetric(pct(ours, 0.99), "shm-p99-us")
 	b.ReportMetric(pct(theirs, 0.5), "flock-p50-us")
 	b.ReportMetric(pct(theirs, 0.99), "flock-p99-us")
 	b.ReportMetric(pct(ours, 0.5)/max(pct(theirs, 0.5), 1), "ratio-p50")
+	if len(across) > 0 {
+		b.ReportMetric(pct(across, 0.5), "ns-p50-us")
+		b.ReportMetric(pct(across, 0.99), "ns-p99-us")
+		b.ReportMetric(pct(across, 0.5)/max(pct(ours, 0.5), 1), "ratio-ns-p50")
+	}
+}
+
+// spawnHolderIn is spawnHolder, in new PID and network namespaces if ns.
+func spawnHolderIn(t testing.TB, path string, ns bool) *child {
+	t.Helper()
+	if !ns {
+		return spawnHolder(t, path)
+	}
+	cmd := proctest.CommandWith(proctest.Options{Within: eventually}, "holder", path)
+	cmd.SysProcAttr = nsAttr()
+	c := &child{Child: proctest.Start(t, cmd, proctest.Options{Within: eventually}), t: t}
+	c.Expect("ready")
+	return c
 }
 
 func init() { childRoles["holder"] = holderMain }

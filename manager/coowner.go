@@ -2,7 +2,9 @@ package manager
 
 import (
 	"fmt"
+	"os"
 
+	"github.com/shmlocks/shmlocks/shm"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -43,4 +45,45 @@ func (m *Manager) SetCoOwner(pgid int) error {
 		return fmt.Errorf("co-owner process group %d: %w", pgid, err)
 	}
 	return nil
+}
+
+// KeepAliveFile returns an open file that keeps the Manager's agent, and
+// so its locks and queued requests, alive for as long as any process holds
+// it open, after this process is gone: pass it to a child process
+// (exec.Cmd.ExtraFiles) and close this process's copy. The agent then
+// lives while this process or any process that inherited the descriptor
+// runs (the child and, unless they close it, its children), in any PID
+// namespace: the kernel's word, as a lock of flock(1) held through an
+// inherited descriptor. shmlocks exec hands one to its command. Linux
+// only (elsewhere ErrNotSupported); one at a time per Manager.
+func (m *Manager) KeepAliveFile() (*os.File, error) {
+	if m.t == nil && m.be == nil {
+		return nil, errNeverOpened
+	}
+	if m.be != nil || !shm.HasOFDLocks {
+		return nil, fmt.Errorf("keep-alive file: %w here", ErrNotSupported)
+	}
+	if !m.enter() {
+		return nil, ErrClosed
+	}
+	defer m.leave()
+	var f *os.File
+	err := table.Guard(func() (err error) { f, err = m.a.KeepAliveFile(); return err })
+	if err != nil {
+		return nil, fmt.Errorf("keep-alive file: %w", err)
+	}
+	return f, nil
+}
+
+// KeepAliveHeld reports whether a keep-alive file of the Manager's agent
+// (KeepAliveFile) is still open in some process, this one included: the
+// agent would then outlive this process.
+func (m *Manager) KeepAliveHeld() bool {
+	if m.t == nil || m.be != nil || !m.enter() {
+		return false
+	}
+	defer m.leave()
+	held := false
+	table.Guard(func() error { held = m.a.KeepAliveHeld(); return nil })
+	return held
 }

@@ -22,9 +22,14 @@ var (
 	ErrClosed = errors.New("shmlocks: manager closed")
 	// ErrTableFull: no free resource, request or agent entry; nothing held is disturbed.
 	ErrTableFull = table.ErrTableFull
-	// ErrCorrupt: the file is not a valid lock table (bad magic, version,
-	// geometry, size, checksum or indices).
+	// ErrCorrupt: the file is not a valid lock table (bad magic, geometry,
+	// size, checksum or indices).
 	ErrCorrupt = table.ErrCorrupt
+	// ErrFormat: the file is a lock table of another format
+	// (*table.FormatError says which). Open replaces a table of an older
+	// format by itself once no process uses it; while one does (the error
+	// says who), or for a newer format, it refuses it.
+	ErrFormat = table.ErrFormat
 	// ErrReleased: Release of a lock that was already released (added to the v1 contract).
 	ErrReleased = errors.New("shmlocks: lock already released")
 	// ErrDeadlock: a waiting request was chosen as the victim of a wait-for

@@ -77,6 +77,18 @@ func childMain(args []string) int {
 	if crash != "" {
 		armCrash(crash)
 	}
+	if os.Getenv(noProcEnv) != "" {
+		if err := hideProc(); err != nil {
+			say("error noproc %v", err)
+			return 2
+		}
+	}
+	if as := os.Getenv(asUserEnv); as != "" {
+		if err := becomeUser(as); err != nil {
+			say("error as-user %v", err)
+			return 2
+		}
+	}
 	m, err := Open(path, opts)
 	if err != nil {
 		say("error open %v", err)
@@ -273,3 +285,13 @@ func tokenOf(line string) uint64 {
 	v, _ := strconv.ParseUint(f[len(f)-1], 10, 64)
 	return v
 }
+
+// noProcEnv makes an agent child unmount /proc in its own mount namespace
+// before it opens the table (namespaces_linux_test.go).
+const noProcEnv = "SHMLOCKS_TEST_NOPROC"
+
+// asUserEnv ("UID:GID" or "UID:GID:hidepid") makes an agent child, started
+// as root, become that user before it opens the table, first mounting, in
+// its own mount namespace, a /proc that hides other users' processes
+// (hidepid=invisible) if asked (namespaces_linux_test.go).
+const asUserEnv = "SHMLOCKS_TEST_AS_USER"

@@ -3,33 +3,38 @@
 package manager
 
 import (
-	"os"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/shmlocks/shmlocks/table"
 )
 
-// The reaper, a Manager's death watcher: while the Manager has waiting
-// requests it watches every other agent of the table through a pidfd: a pidfd becomes readable when its process exits
-// (also as a zombie), and Go's netpoller waits on it without a thread, so a
-// death is noticed within microseconds, without polling. The set of watched
-// agents is refreshed when a request starts waiting and every reapRefresh;
-// every reapFull a full liveness pass runs as a safety net (for agents whose
-// pidfd could not be opened).
+// The reaper, a Manager's death watcher. Who is dead is asked of the
+// kernel (table/live.go: an agent whose lock bytes no open file holds);
+// when to ask, the kernel tells too, in any PID or network namespace:
 //
-// An agent whose process is gone but whose co-owner group still runs
-// (SetCoOwner) is not reaped: it becomes an orphan, watched through a pidfd
-// on its group's leader and looked at every coOwnerPoll (the other members
-// of a group have no pidfd to watch them all), and reaped once the last
-// process of its group is gone.
+//   - Every agent's sentinel thread (deathwatch_linux.go) has the agent's
+//     death word on its robust futex list; when the thread dies (the
+//     process is killed, exits or execs) the kernel marks the word
+//     owner-died and wakes a waiter. Every Manager's watcher threads wait
+//     on the death words of all other agents at once (futex_waitv), a
+//     fixed number of threads (one per 125 agents) without polling; the
+//     one the kernel wakes wakes the others.
+//   - Woken, a watcher waits for the dead agent's lock byte to be released
+//     (the process's files go a little after its threads), then reaps it.
+//   - An agent whose process is gone but whose keep-alive byte is held
+//     (shmlocks exec's command holds it) is an orphan: it is looked at
+//     every coOwnerPoll and reaped once nothing keeps it alive.
+//   - While the Manager has waiting requests, a full liveness pass runs
+//     every reapFull as a safety net (an agent whose death word was never
+//     set, a kernel without futex_waitv).
 const (
 	reapRefresh = 100 * time.Millisecond
 	reapFull    = 1 * time.Second
 	coOwnerPoll = 10 * time.Millisecond
+	// deathLockWait bounds the wait for a dead agent's lock byte after its
+	// sentinel died (longer: the full pass).
+	deathLockWait = 200 * time.Millisecond
 )
 
 type reaper struct {
@@ -37,42 +42,30 @@ type reaper struct {
 	kickc chan struct{}
 	done  chan struct{}
 	wg    sync.WaitGroup
+	dw    *deathWatch
 
 	mu      sync.Mutex
-	files   map[uint32]*agentFD
-	orphans map[uint32]*agentFD // agents kept alive by their co-owner group; f: pidfd of the group's leader, or nil
-
-	refreshed atomic.Int64 // m.mono() when the last refresh started
-}
-
-// kickEvery: a park asks for a refresh only if none started for this long,
-// or if it is its Manager's only parked request. An agent that registered
-// since and is in the way is then watched by the next park after kickEvery
-// or by the periodic refresh (reapRefresh): a refresh per park costs much
-// of the CPU when many goroutines park in turn (docs/experiments.md).
-const kickEvery = time.Millisecond
-
-// stale reports whether no refresh started for kickEvery (now: m.mono()).
-func (r *reaper) stale(now int64) bool { return now-r.refreshed.Load() > int64(kickEvery) }
-
-// agentFD is the pidfd of one watched agent's process (or, for an orphan,
-// of its group's leader), with the record word it was opened for.
-type agentFD struct {
-	word   uint64
-	f      *os.File
-	closed bool
+	orphans map[uint32]uint64 // agents alive through their keep-alive or co-owner group: index -> record word
+	hinted  map[uint32]uint64 // agents whose sentinel died, being handled: index -> record word
 }
 
 func newReaper(m *Manager) *reaper {
-	r := &reaper{m: m, kickc: make(chan struct{}, 1), done: make(chan struct{}), files: map[uint32]*agentFD{},
-		orphans: map[uint32]*agentFD{}}
+	r := &reaper{m: m, kickc: make(chan struct{}, 1), done: make(chan struct{}),
+		orphans: map[uint32]uint64{}, hinted: map[uint32]uint64{}}
+	r.dw = startDeathWatch(r)
 	r.wg.Add(1)
 	go r.loop()
 	return r
 }
 
-// kick asks for a refresh (a request started waiting).
+// stale: a park kicks the reaper only when it is its Manager's first
+// (the watch is then armed until the next rebuild without waiters).
+func (r *reaper) stale(int64) bool { return !r.dw.armed.Load() }
+
+// kick asks for a look at the orphans and a liveness pass (a request
+// started waiting).
 func (r *reaper) kick() {
+	r.dw.arm()
 	select {
 	case r.kickc <- struct{}{}:
 	default:
@@ -81,16 +74,7 @@ func (r *reaper) kick() {
 
 func (r *reaper) stop() {
 	close(r.done)
-	r.mu.Lock()
-	for idx, f := range r.files {
-		f.closed = true
-		f.f.Close()
-		delete(r.files, idx)
-	}
-	for idx := range r.orphans {
-		r.dropOrphanLocked(idx)
-	}
-	r.mu.Unlock()
+	r.dw.stop()
 	r.wg.Wait()
 }
 
@@ -110,7 +94,6 @@ func (r *reaper) loop() {
 		if poll != nil {
 			pollC = poll.C
 		}
-		polling := false
 		select {
 		case <-r.done:
 			return
@@ -120,21 +103,8 @@ func (r *reaper) loop() {
 			// (table.RefreshClock) keeps within a tick of the time.
 			table.RefreshClock()
 		case <-pollC:
-			polling = true
 		}
-		r.m.mu.Lock()
-		n := r.m.nwait
-		r.m.mu.Unlock()
-		if n == 0 && !r.m.watching() {
-			if poll != nil { // nobody waits: no need to look at orphans
-				poll.Stop()
-				poll = nil
-			}
-			continue
-		}
-		if polling {
-			r.pollOrphans()
-		}
+		r.pollOrphans()
 		r.mu.Lock()
 		orphans := len(r.orphans)
 		r.mu.Unlock()
@@ -145,146 +115,73 @@ func (r *reaper) loop() {
 			poll.Stop()
 			poll = nil
 		}
-		if polling {
-			continue
-		}
-		if !r.m.enter() {
-			return
-		}
-		// Guarded: a table file truncated under us must not SIGBUS the
-		// process from this background loop (TestTruncatedUnderUsOperations).
-		r.refreshed.Store(r.m.mono())
-		if table.Guard(func() error { r.refresh(); return nil }) != nil {
-			r.m.noteFault()
-		}
-		r.m.leave()
-		if time.Since(lastFull) >= reapFull {
+		r.m.mu.Lock()
+		n := r.m.nwait
+		r.m.mu.Unlock()
+		if (n > 0 || r.m.watching()) && time.Since(lastFull) >= reapFull {
 			lastFull = time.Now()
 			r.m.reap()
 		}
 	}
 }
 
-// refresh opens a pidfd for every live agent not yet watched and closes the
-// ones of agents that left.
-func (r *reaper) refresh() {
-	m := r.m
-	seen := map[uint32]bool{}
-	for _, ai := range m.t.Agents() {
-		if ai.Index == m.a.Idx || ai.State != table.AgentAlive {
-			continue
-		}
-		seen[ai.Index] = true
-		word := ai.Word()
-		r.mu.Lock()
-		cur, orphan := r.files[ai.Index], r.orphans[ai.Index]
-		r.mu.Unlock()
-		if cur != nil && cur.word == word || orphan != nil && orphan.word == word {
-			continue
-		}
-		r.forget(ai.Index)
-		fd, err := unix.PidfdOpen(ai.PID, unix.PIDFD_NONBLOCK)
-		if err != nil {
-			// No such process (or no pidfd support: the full pass covers it).
-			r.exited(ai.Index, word, false)
-			continue
-		}
-		// The pidfd pins the process: if the record still names a live
-		// process now, it names this one.
-		if m.t.AgentProcessDead(ai.Index) {
-			unix.Close(fd)
-			r.exited(ai.Index, word, false)
-			continue
-		}
-		f := os.NewFile(uintptr(fd), "pidfd")
-		wf := &agentFD{word: word, f: f}
-		r.mu.Lock()
-		r.files[ai.Index] = wf
-		r.mu.Unlock()
-		r.wg.Add(1)
-		go r.wait(ai.Index, wf)
-	}
+// hint handles the death of agent idx's sentinel thread, seen while its
+// record held word: once its lock byte is free, it is reaped, or adopted
+// as an orphan if something still keeps it alive.
+func (r *reaper) hint(idx uint32, word uint64) {
 	r.mu.Lock()
-	for idx, f := range r.files {
-		if !seen[idx] {
-			f.closed = true
-			f.f.Close()
-			delete(r.files, idx)
-		}
-	}
-	for idx := range r.orphans {
-		if !seen[idx] {
-			r.dropOrphanLocked(idx)
-		}
-	}
-	r.mu.Unlock()
-}
-
-func (r *reaper) forget(idx uint32) {
-	r.mu.Lock()
-	if f := r.files[idx]; f != nil {
-		f.closed = true
-		f.f.Close()
-		delete(r.files, idx)
-	}
-	r.mu.Unlock()
-}
-
-// wait blocks (in the netpoller) until the watched process exits, then reaps it.
-func (r *reaper) wait(idx uint32, wf *agentFD) {
-	defer r.wg.Done()
-	rc, err := wf.f.SyscallConn()
-	if err != nil {
+	if w, ok := r.hinted[idx]; ok && w == word {
+		r.mu.Unlock()
 		return
 	}
-	err = rc.Read(func(fd uintptr) bool {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, _ := unix.Poll(fds, 0)
-		return n > 0
-	})
-	r.mu.Lock()
-	closed := wf.closed
+	r.hinted[idx] = word
 	r.mu.Unlock()
-	if err != nil || closed {
-		return
-	}
-	r.exited(idx, wf.word, true)
-	r.forget(idx)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer func() {
+			r.mu.Lock()
+			if r.hinted[idx] == word {
+				delete(r.hinted, idx)
+			}
+			r.mu.Unlock()
+		}()
+		m := r.m
+		if !m.enter() {
+			return
+		}
+		table.Guard(func() error {
+			m.t.WaitLifeFree(idx, deathLockWait)
+			return nil
+		})
+		m.leave()
+		r.exited(idx, word)
+	}()
 }
 
-// exited handles the exit of agent idx's process, seen while its record
-// held word (pinned: a pidfd opened on that process reported it): without
-// a co-owner the agent is reaped at once, with one it is reaped if its
-// group is gone too, and otherwise becomes an orphan.
-func (r *reaper) exited(idx uint32, word uint64, pinned bool) {
+// exited reaps agent idx (record word word) if it is dead, and adopts it
+// as an orphan if its process is gone but something keeps it alive.
+func (r *reaper) exited(idx uint32, word uint64) {
+	if r.reapOrphan(idx, word) {
+		return
+	}
 	m := r.m
 	if !m.enter() {
 		return
 	}
-	var pgid int
-	table.Guard(func() error {
-		var err error
-		if m.t.AgentWord(idx) == word {
-			pgid, err = m.t.AgentCoOwner(idx)
-			m.noteErr("co-owner", err)
-		}
-		return nil
-	})
+	processGone := false
+	table.Guard(func() error { processGone = m.t.AgentProcessDead(idx); return nil })
 	m.leave()
-	switch {
-	case pgid == 0 && pinned:
-		m.reapExited(idx, word)
-	case pgid == 0:
-		m.reapOne(idx)
-	default:
-		if !r.reapOrphan(idx, word) {
-			r.adopt(idx, word, pgid)
-		}
+	if processGone {
+		r.mu.Lock()
+		r.orphans[idx] = word
+		r.mu.Unlock()
+		r.kick() // start the poll
 	}
 }
 
-// reapOrphan reaps agent idx if it is dead (its group included) and
-// reports whether its record no longer holds word.
+// reapOrphan reaps agent idx if it is dead and reports whether its record
+// no longer holds word.
 func (r *reaper) reapOrphan(idx uint32, word uint64) (gone bool) {
 	m := r.m
 	m.reapOne(idx)
@@ -296,99 +193,32 @@ func (r *reaper) reapOrphan(idx uint32, word uint64) (gone bool) {
 	return gone
 }
 
-// adopt makes agent idx (record word, co-owner group pgid) an orphan: its
-// group's leader is watched through a pidfd, if it still runs, and the
-// group is polled every coOwnerPoll by the loop.
-func (r *reaper) adopt(idx uint32, word uint64, pgid int) {
-	r.mu.Lock()
-	if o := r.orphans[idx]; o != nil && o.word == word {
-		r.mu.Unlock()
-		return
-	}
-	r.dropOrphanLocked(idx)
-	o := &agentFD{word: word}
-	r.orphans[idx] = o
-	r.mu.Unlock()
-	fd, err := unix.PidfdOpen(pgid, unix.PIDFD_NONBLOCK)
-	if err != nil {
-		return // the leader is gone: polling only
-	}
-	r.mu.Lock()
-	if r.orphans[idx] != o {
-		r.mu.Unlock()
-		unix.Close(fd)
-		return
-	}
-	o.f = os.NewFile(uintptr(fd), "pidfd")
-	r.mu.Unlock()
-	r.wg.Add(1)
-	go r.waitLeader(idx, o)
-	r.kick() // start the poll
-}
-
-// waitLeader blocks until orphan idx's group leader exits, then looks at
-// the group at once.
-func (r *reaper) waitLeader(idx uint32, o *agentFD) {
-	defer r.wg.Done()
-	if !waitPidfd(o.f) {
-		return
-	}
-	r.mu.Lock()
-	closed := o.closed
-	r.mu.Unlock()
-	if closed {
-		return
-	}
-	if r.reapOrphan(idx, o.word) {
-		r.mu.Lock()
-		if r.orphans[idx] == o {
-			r.dropOrphanLocked(idx)
-		}
-		r.mu.Unlock()
-	}
-}
-
-// pollOrphans looks at every orphan's group and reaps those that are gone.
+// pollOrphans looks at every orphan and reaps those that are dead.
 func (r *reaper) pollOrphans() {
 	r.mu.Lock()
-	list := make(map[uint32]*agentFD, len(r.orphans))
-	for idx, o := range r.orphans {
-		list[idx] = o
+	list := make(map[uint32]uint64, len(r.orphans))
+	for idx, w := range r.orphans {
+		list[idx] = w
 	}
 	r.mu.Unlock()
-	for idx, o := range list {
-		if r.reapOrphan(idx, o.word) {
+	for idx, w := range list {
+		if r.reapOrphan(idx, w) {
 			r.mu.Lock()
-			if r.orphans[idx] == o {
-				r.dropOrphanLocked(idx)
+			if r.orphans[idx] == w {
+				delete(r.orphans, idx)
 			}
 			r.mu.Unlock()
 		}
 	}
 }
 
-// dropOrphanLocked forgets orphan idx (r.mu held).
-func (r *reaper) dropOrphanLocked(idx uint32) {
-	if o := r.orphans[idx]; o != nil {
-		o.closed = true
-		if o.f != nil {
-			o.f.Close()
-		}
-		delete(r.orphans, idx)
+// watched reports whether the reaper is already handling agent idx.
+func (r *reaper) handling(idx uint32, word uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w, ok := r.orphans[idx]; ok && w == word {
+		return true
 	}
-}
-
-// waitPidfd blocks (in the netpoller) until the pidfd f reports its
-// process exited; false if f was closed first.
-func waitPidfd(f *os.File) bool {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return false
-	}
-	err = rc.Read(func(fd uintptr) bool {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, _ := unix.Poll(fds, 0)
-		return n > 0
-	})
-	return err == nil
+	w, ok := r.hinted[idx]
+	return ok && w == word
 }

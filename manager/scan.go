@@ -110,6 +110,11 @@ func (m *Manager) ring(agent uint32, nonce uint64) {
 		m.scan(false)
 		return
 	}
+	if !m.t.SameNetNS(agent) {
+		// Its abstract doorbell may not exist in this network namespace:
+		// ring through the table (its sentinel thread wakes on it).
+		m.t.RingAcross(agent)
+	}
 	m.bell.ring(nonce)
 }
 

@@ -25,3 +25,14 @@ func renameFile(f *os.File, name string) *os.File {
 	f.Close()
 	return os.NewFile(uintptr(fd), name)
 }
+
+// dupFD returns a new descriptor (close-on-exec) for f's open file, or -1.
+func dupFD(f *os.File) int {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+func closeFD(fd int) { unix.Close(fd) }

@@ -62,14 +62,28 @@ func Open(path string, size int64, minSize int64, mode os.FileMode, init func(b 
 	if perm == 0 {
 		perm = 0o600
 	}
+	var busy busyWaiter
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		f, fi, err := openFile(path, false)
+		if err == nil {
+			err = claimInUse(f, fi, path)
+			if err != nil {
+				f.Close()
+			}
+		}
 		if err == nil {
 			m, err := mapExisting(f, fi, path, minSize, false, validate)
 			if err != nil {
 				return nil, false, err
 			}
 			return m, false, nil
+		}
+		if errors.Is(err, errBusy) {
+			attempt-- // a replacement in progress: wait for it, within busyWait
+			if err := busy.wait(path); err != nil {
+				return nil, false, err
+			}
+			continue
 		}
 		if errors.Is(err, errRetry) {
 			continue
@@ -212,6 +226,12 @@ func create(path string, size, minSize int64, perm os.FileMode, init, validate f
 		os.Remove(tmpName) // the published inode keeps its other name, path
 	}()
 
+	if err := checkFS(tmp, path); err != nil {
+		return nil, false, err
+	}
+	if busy, err := takeInUse(tmp); err != nil || busy {
+		return nil, false, fmt.Errorf("shm: lock %s: %w", tmpName, err)
+	}
 	if err := tmp.Chmod(perm); err != nil {
 		return nil, false, fmt.Errorf("shm: chmod %s: %w", tmpName, err)
 	}

@@ -54,6 +54,15 @@ type Config struct {
 	Table string  // table file (default: fresh, in a temporary directory)
 	Keep  bool    // keep the temporary directory
 	Chaos float64 // SIGKILLs per second, over every feature (a killed worker is replaced at once)
+	// Namespaces starts every other worker process in new PID and network
+	// namespaces of its own (Linux, root or a user namespace allowing it):
+	// containers sharing the table; the checkers see every worker alike.
+	Namespaces bool
+	// KillEach (with Chaos) goes on after Duration until every feature has
+	// been killed at least once, for at most KillEachWithin more: a run
+	// that must kill each feature waits for it rather than assuming how
+	// many kills fit in Duration on a busy machine.
+	KillEach bool
 
 	// Features are what the worker processes do, one per process position
 	// in turn (FeaturePlain, FeatureExec, ...; empty: FeaturePlain). Every
@@ -148,6 +157,9 @@ func (c *Config) Validate() error {
 		if _, err := manager.ParseFairness(c.Fairness); err != nil {
 			return bad("--fairness %q: want fifo or bounded:DURATION (e.g. bounded:1ms)", c.Fairness)
 		}
+	}
+	if c.Namespaces && (!namespacesSupported || c.Backend != BackendShmlocks) {
+		return bad("--namespaces needs Linux and the shmlocks backend")
 	}
 	if !(c.Chaos >= 0) || math.IsInf(c.Chaos, 0) {
 		return bad("--chaos %v must be a non-negative rate", c.Chaos)

@@ -2,7 +2,11 @@
 
 package stress
 
-import "golang.org/x/sys/unix"
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 // processAlive reports whether process pid is still there (a zombie counts
 // as alive: without /proc its state is not read; start is not checked).
@@ -12,3 +16,11 @@ func processAlive(pid int, start uint64) bool {
 
 // processStart is 0 (unknown) without /proc.
 func processStart(pid int) uint64 { return 0 }
+
+const namespacesSupported = false
+
+func namespaceAttr() *syscall.SysProcAttr { return nil }
+
+const ownProcEnv = "SHMLOCKS_STRESS_OWN_PROC"
+
+func mountOwnProc() error { return nil }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"syscall"
 )
 
 // processAlive reports whether process pid, started at start (processStart's
@@ -91,4 +92,25 @@ func parseStat(b []byte) (byte, uint64, bool) {
 		return 0, 0, false
 	}
 	return f[0][0], st, true
+}
+
+// namespacesSupported: Config.Namespaces works here.
+const namespacesSupported = true
+
+// namespaceAttr starts a worker in new PID, network and mount namespaces
+// (the worker mounts its own /proc: mountOwnProc).
+func namespaceAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNET | syscall.CLONE_NEWNS}
+}
+
+// ownProcEnv asks a worker started by namespaceAttr to mount its /proc.
+const ownProcEnv = "SHMLOCKS_STRESS_OWN_PROC"
+
+// mountOwnProc makes every mount of this (new) mount namespace private,
+// then mounts a /proc of this process's PID namespace over /proc.
+func mountOwnProc() error {
+	if err := syscall.Mount("none", "/", "", syscall.MS_REC|syscall.MS_PRIVATE, ""); err != nil {
+		return err
+	}
+	return syscall.Mount("proc", "/proc", "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, "")
 }

@@ -118,7 +118,11 @@ func Run(cfg Config, stderr io.Writer) (*Report, error) {
 	extra := 0
 	if cfg.Chaos > 0 {
 		if cfg.Ops == 0 {
-			extra = int(math.Ceil(cfg.Chaos*cfg.Duration.Seconds()*2)) + 16
+			secs := cfg.Duration.Seconds()
+			if cfg.KillEach {
+				secs += KillEachWithin.Seconds()
+			}
+			extra = int(math.Ceil(cfg.Chaos*secs*2)) + 16
 		} else {
 			extra = 4096
 		}
@@ -228,6 +232,10 @@ func (s *supervisor) spawn(pos, ops int) error {
 	w.cmd = exec.Command(s.cfg.Worker[0], s.cfg.Worker[1:]...)
 	w.cmd.Env = append(os.Environ(), WorkerEnv+"="+string(wc))
 	w.cmd.Stderr = s.stderr
+	if s.cfg.Namespaces && pos%2 == 1 {
+		w.cmd.SysProcAttr = namespaceAttr()
+		w.cmd.Env = append(w.cmd.Env, ownProcEnv+"=1")
+	}
 	if err := w.cmd.Start(); err != nil {
 		return err
 	}
@@ -328,6 +336,7 @@ func (s *supervisor) run() *Report {
 	finished := false
 	select {
 	case <-timer:
+		finished = s.killEach(cfg)
 	case <-s.allDone:
 		finished = true
 	}
@@ -404,4 +413,41 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// KillEachWithin bounds how long Config.KillEach extends a run.
+const KillEachWithin = time.Minute
+
+// killEach waits, with cfg.KillEach and chaos on, until every feature has
+// been killed at least once (at most KillEachWithin); it reports whether
+// every worker finished meanwhile.
+func (s *supervisor) killEach(cfg Config) bool {
+	if !cfg.KillEach || cfg.Chaos <= 0 {
+		return false
+	}
+	feats := cfg.Features
+	if len(feats) == 0 {
+		feats = []string{FeaturePlain}
+	}
+	deadline := time.After(KillEachWithin)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		all := true
+		for _, f := range feats {
+			if s.r.featureKills(featureIndex(f)) == 0 {
+				all = false
+			}
+		}
+		if all {
+			return false
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return false
+		case <-s.allDone:
+			return true
+		}
+	}
 }

@@ -33,3 +33,6 @@ func processAlive(pid int, start uint64) bool { return pid > 0 }
 
 // processStart is 0 (unknown) on this OS.
 func processStart(pid int) uint64 { return 0 }
+
+// namespacesSupported: Config.Namespaces needs Linux.
+const namespacesSupported = false

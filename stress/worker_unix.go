@@ -84,6 +84,14 @@ func WorkerMain(stdout, stderr io.Writer) int {
 	if wc.Command != nil {
 		return execCommandMain(&wc, stderr)
 	}
+	if os.Getenv(ownProcEnv) != "" {
+		// A worker in namespaces of its own (Config.Namespaces) sees its
+		// own PID namespace's /proc, as a container does.
+		if err := mountOwnProc(); err != nil {
+			return fail("mount /proc in its namespaces: %v", err)
+		}
+		os.Unsetenv(ownProcEnv)
+	}
 	switch f := os.Getenv(FaultEnv); f {
 	case "":
 	case "break-exclusion":

@@ -1,8 +1,11 @@
 package table
 
 import (
+	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/shmlocks/shmlocks/shm"
 )
 
 // Agent is this process's handle on one registered agent record. One
@@ -21,6 +24,8 @@ type Agent struct {
 	slotMask  *uint64       // our record's agSlotMask
 	entryMask *uint64       // our record's agEntryMask
 	entryHint atomic.Uint32 // where to look for a free entry first
+
+	lockF *os.File // the open file holding the agent's lock byte (live.go); nil once abandoned
 }
 
 // Register claims a free agent record for identity id. The record is claimed
@@ -28,17 +33,34 @@ type Agent struct {
 // start time, so a crash right after the claim leaves a record that anyone can
 // recognise as dead.
 func (t *Table) Register(id Identity, nonce uint64) (*Agent, error) {
+	lockF, err := t.openLockFile()
+	if err != nil {
+		return nil, err
+	}
 	n := uint32(t.l.MaxAgents)
 	start := uint32(id.PID) % n
 	claimed := agentWord(id.PID, id.Start, AgentRegistering)
 	for i := uint32(0); i < n; i++ {
 		idx := (start + i) % n
 		wp := t.u64(t.agentOff(idx) + agWord)
-		if atomic.LoadUint64(wp) != 0 || !atomic.CompareAndSwapUint64(wp, 0, claimed) {
+		if atomic.LoadUint64(wp) != 0 || !claimBytes(lockF, idx) {
 			continue
+		}
+		if !atomic.CompareAndSwapUint64(wp, 0, claimed) {
+			if lockF != nil {
+				shm.UnlockRange(lockF, lifeByte(idx), 2)
+			}
+			continue
+		}
+		if lockF != nil {
+			shm.UnlockRange(lockF, keepByte(idx), 1) // for KeepAliveFile
 		}
 		crash("agent.claimed")
 		off := t.agentOff(idx)
+		atomic.StoreUint32(t.u32(off+agDeath), 0)
+		atomic.StoreUint32(t.u32(off+agXBell), 0)
+		atomic.StoreUint64(t.u64(off+agPidNS), selfNS.pid)
+		atomic.StoreUint64(t.u64(off+agNetNS), selfNS.net)
 		atomic.StoreUint64(t.u64(off+agStart), id.Start)
 		atomic.StoreUint64(t.u64(off+agBoot), id.Boot)
 		atomic.StoreUint64(t.u64(off+agNonce), nonce)
@@ -49,14 +71,21 @@ func (t *Table) Register(id Identity, nonce uint64) (*Agent, error) {
 		atomic.StoreUint64(t.u64(off+agSince), uint64(time.Now().UnixNano()))
 		alive := agentWord(id.PID, id.Start, AgentAlive)
 		if !atomic.CompareAndSwapUint64(wp, claimed, alive) {
+			if lockF != nil {
+				lockF.Close()
+			}
 			return nil, ErrAgentGone
 		}
 		crash("agent.alive")
+		t.bumpAgentsGen()
 		RefreshClock() // the agent's grants made at once are stamped from it
-		a := &Agent{t: t, Idx: idx, word: alive, Nonce: nonce, slotMask: t.u64(off + agSlotMask), entryMask: t.u64(off + agEntryMask)}
+		a := &Agent{t: t, Idx: idx, word: alive, Nonce: nonce, slotMask: t.u64(off + agSlotMask), entryMask: t.u64(off + agEntryMask), lockF: lockF}
 		a.slotHint.Store(uint32(uint64(idx) * uint64(t.l.MaxRequests) / uint64(n)))
 		a.entryHint.Store(uint32(uint64(idx) * uint64(t.l.MaxResources) / uint64(n)))
 		return a, nil
+	}
+	if lockF != nil {
+		lockF.Close()
 	}
 	return nil, fullf("agents", int(n))
 }
@@ -77,13 +106,17 @@ func (a *Agent) StealSeq() *uint32 { return a.t.u32(a.t.agentOff(a.Idx) + agStea
 // other agents are collected in w.
 func (t *Table) Deregister(a *Agent, w *Wakes) error {
 	if !a.Valid() {
+		a.closeLock()
 		return ErrAgentGone
 	}
 	if err := t.removeAgentSlots(a, a.Idx, a.word, w); err != nil {
+		a.closeLock() // the record names a dead agent now: others reap what is left
 		return err
 	}
 	crash("deregister.released")
-	if !atomic.CompareAndSwapUint64(t.u64(t.agentOff(a.Idx)+agWord), a.word, 0) {
+	ok := atomic.CompareAndSwapUint64(t.u64(t.agentOff(a.Idx)+agWord), a.word, 0)
+	a.closeLock() // after the record is free: a record is never unlocked while it names us
+	if !ok {
 		return ErrAgentGone
 	}
 	return nil
@@ -94,6 +127,22 @@ func (t *Table) Deregister(a *Agent, w *Wakes) error {
 // co-owner group that still runs (coowner.go). A free record is not dead
 // (there is nothing to reap). word is the value the verdict is for.
 func (t *Table) agentDead(idx uint32) (dead bool, word uint64) {
+	if byLocks() {
+		word = atomic.LoadUint64(t.u64(t.agentOff(idx) + agWord))
+		if wordState(word) == AgentFree {
+			return false, word
+		}
+		if locked, known := t.lockedBy(idx, 2); locked || !known {
+			return false, word
+		}
+		// Both bytes free: dead, unless its co-owner group visibly runs in
+		// this PID namespace (a process of it that closed the keep-alive
+		// descriptor). Never the other way round: /proc proves no death.
+		if wordState(word) == AgentAlive && t.samePidNS(idx) && t.coOwnerAlive(idx) {
+			return false, word
+		}
+		return true, word
+	}
 	dead, word = t.agentProcessDead(idx)
 	if dead && wordState(word) == AgentAlive && t.coOwnerAlive(idx) {
 		return false, word
@@ -106,6 +155,10 @@ func (t *Table) agentDead(idx uint32) (dead bool, word uint64) {
 func (t *Table) agentProcessDead(idx uint32) (dead bool, word uint64) {
 	off := t.agentOff(idx)
 	word = atomic.LoadUint64(t.u64(off + agWord))
+	if wordState(word) != AgentFree && byLocks() {
+		locked, known := t.lockedBy(idx, 1)
+		return known && !locked, word
+	}
 	switch wordState(word) {
 	case AgentFree:
 		return false, word
@@ -316,6 +369,17 @@ type AgentInfo struct {
 	// low 32 bits of its leader's start time.
 	CoOwner      int
 	CoOwnerStart uint32
+
+	// PidNS and NetNS are the agent's PID and network namespaces (inode
+	// numbers; 0 unknown); OtherPidNS is true when the agent's PID names
+	// a process of another PID namespace than this process's (or cannot
+	// be told): /proc here says nothing about it.
+	PidNS, NetNS uint64
+	OtherPidNS   bool
+
+	// Dead is the kernel's verdict when the record was read: its lock and
+	// keep-alive bytes are free (and no co-owner group runs here).
+	Dead bool
 }
 
 // LiveAgents counts the agent records registered and alive (as far as the
@@ -362,6 +426,10 @@ func (t *Table) agentInfo(idx uint32, word uint64) AgentInfo {
 		StealSeq: atomic.LoadUint32(t.u32(off + agStealSeq)),
 	}
 	ai.CoOwner, ai.CoOwnerStart, _ = t.coOwner(idx)
+	ai.PidNS = atomic.LoadUint64(t.u64(off + agPidNS))
+	ai.NetNS = atomic.LoadUint64(t.u64(off + agNetNS))
+	ai.OtherPidNS = ai.PidNS == 0 || selfNS.pid == 0 || ai.PidNS != selfNS.pid
+	ai.Dead, _ = t.agentDead(idx)
 	return ai
 }
 

@@ -103,6 +103,9 @@ func (ai AgentInfo) Live() bool {
 	if ai.State != AgentAlive {
 		return false
 	}
+	if byLocks() {
+		return !ai.Dead
+	}
 	if Alive(Identity{PID: ai.PID, Start: ai.Start, Boot: ai.Boot}) {
 		return true
 	}

@@ -48,6 +48,7 @@
 //	112    4    checksum       creator, once         Open           no     CRC-32C of [0, 112)
 //	128    16   boot id        Open (stale boot)     Open, dump     yes    kernel boot id at last reset
 //	144    12   hints          (reserved)            -              -      -
+//	156    4    agentsGen      registrants, sentinels death watchers yes  bumped (and futex-woken) per registration (live.go)
 //	168    8    reaps          reapers               dump           yes    statistics
 //	176    8    repairs        latch takers-over     dump           yes    statistics
 //	184    4    spare          benchmarks            benchmarks     yes    raw-CAS floor word
@@ -113,7 +114,17 @@
 //	56     8    slotMask  the agent (before a claim) reapers                 yes    slot ranges ever owned (also set by a latch holder moving a fast hold)
 //	64     8    entryMask the agent (before a fast CAS) reapers, orphan check yes   entry ranges ever taken by the fast path
 //	72     8    coOwner   the agent (SetCoOwner)     liveness checks         yes    0, or pgid<<32 | start32: 2 ≤ pgid ≤ 2^22; zeroed at registration (coowner.go)
-//	80     48   reserved
+//	80     4    death     sentinel thread; kernel    death watchers          yes    robust futex word: TID | owner-died bit 30 | waiters bit 31 (a hint)
+//	84     4    xbell     ringers of another netns   the agent's sentinel    yes    cross-namespace bell: add, then futex wake
+//	88     8    pidNS     registrant                 dump, watchers          yes    PID namespace inode (0 unknown)
+//	96     8    netNS     registrant                 ringers                 yes    network namespace inode (0 unknown)
+//	104    24   reserved
+//
+// Lock bytes (open-file-description locks on byte ranges, not data; live.go):
+// [0, 8) the in-use lock, read-locked by every process that maps the file;
+// LockBase + 2·i agent i's life lock, held by the agent's own open file;
+// LockBase + 2·i + 1 its keep-alive lock (KeepAliveFile). A record in use
+// whose two bytes no open file holds names a dead agent.
 //
 // # Slot state machine
 //

@@ -15,7 +15,7 @@ import (
 // sync/atomic works on them also under GOARCH=386 (the mapping is page aligned).
 const (
 	Magic         = "SHMLOCK1"
-	FormatVersion = 7 // 7: an agent's co-owner process group (agent offset 72), a fast holder's grant stamp (entry offset 72; 80-byte entry header), the table's fairness in the header (offsets 96-111; checksum at 112 over [0, 112)); 6: a waiting request's park mark (slot offset 56); 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
+	FormatVersion = 8 // 8: liveness by open-file-description locks (the in-use lock on bytes [0, 8), one lock byte per agent and per keep-alive: docs/design.md §6), an agent's death word, PID and network namespaces (agent offsets 80-103), the agents generation (header offset 156); 7: an agent's co-owner process group (agent offset 72), a fast holder's grant stamp (entry offset 72; 80-byte entry header), the table's fairness in the header (offsets 96-111; checksum at 112 over [0, 112)); 6: a waiting request's park mark (slot offset 56); 5: watch lists (WATCHING slots, entry wHead and gen; 72-byte entry header); 4: fast holds name their agent, one reserved slot per entry (3: held by a claimed slot; 2: FNV-1a hash)
 
 	HeaderSize = 256 // bytes; region 0
 	BucketSize = 16  // bytes per bucket
@@ -58,6 +58,7 @@ const (
 	hdrEntryHint    = 144 // uint32, reserved (0): allocation hints live per agent, in process memory
 	hdrSlotHint     = 148 // uint32, reserved (0)
 	hdrAgentHint    = 152 // uint32, reserved (0)
+	hdrAgentsGen    = 156 // uint32, bumped (and futex-woken) by every registration: death watchers look at the agents again
 	hdrReaps        = 168 // uint64, agents reaped (statistics, advisory)
 	hdrRepairs      = 176 // uint64, buckets rebuilt after a dead latch owner (statistics, advisory)
 	hdrSpare        = 184 // uint32, reserved for benchmarks (raw CAS floor)
@@ -122,7 +123,11 @@ const (
 	agSlotMask  = 56 // uint64: bit r set once the agent owned a slot in range r (of 64 equal ranges of all slots); reapers scan only those
 	agEntryMask = 64 // uint64: bit r set once the agent took an entry of range r (e>>entryShift: at most 64 ranges) by the fast path
 	agCoOwner   = 72 // uint64: pgid<<32 | low 32 bits of its leader's start time: a process group that keeps the agent alive (coowner.go); 0 none
-	// 80..128 reserved (0)
+	agDeath     = 80 // uint32: the death word: TID of the agent's sentinel thread (in its own PID namespace) on the kernel's robust list; the kernel sets bit 30 and wakes a waiter when that thread dies (bit 31: a watcher waits)
+	agXBell     = 84 // uint32: the cross-namespace bell: bumped and futex-woken by a ringer in another network namespace, where this agent's abstract doorbell does not exist
+	agPidNS     = 88 // uint64: the agent's PID namespace (inode number; 0 unknown): its PID means something only there
+	agNetNS     = 96 // uint64: the agent's network namespace (inode number; 0 unknown): its abstract doorbell exists only there
+	// 104..128 reserved (0)
 )
 
 // Slot states (low 8 bits of the slot word).
@@ -265,10 +270,7 @@ func parseHeader(b []byte) (layout, error) {
 	}
 	ne := binary.NativeEndian
 	if v := ne.Uint32(b[hdrVersion:]); v != FormatVersion {
-		if v < FormatVersion {
-			return l, corruptf("version", v, "this build reads version %d; the file was made by an older shmlocks: once no process of that build uses it, remove it and it is recreated", FormatVersion)
-		}
-		return l, corruptf("version", v, "this build reads version %d", FormatVersion)
+		return l, &FormatError{Found: v}
 	}
 	if sum, want := ne.Uint32(b[hdrChecksum:]), headerChecksum(b); sum != want {
 		return l, corruptf("header checksum", fmt.Sprintf("%#08x", sum), "computed %#08x", want)

@@ -25,7 +25,11 @@ type Table struct {
 	readOnly bool
 	closed   atomic.Bool
 	ringer   atomic.Pointer[func(agent uint32, nonce uint64)]
-	events   atomic.Pointer[func(Event)] // SetEventHook (events.go)
+
+	path   string                      // the path it was opened by (agents reopen it for their locks)
+	fi     os.FileInfo                 // the mapped file (a reopened path must be it)
+	probe  atomic.Int64                // a descriptor for lock queries (live.go); -1 none
+	events atomic.Pointer[func(Event)] // SetEventHook (events.go)
 }
 
 // Open maps the table at path, creating it with geometry g (and permission
@@ -66,7 +70,7 @@ func OpenFair(path string, g Geometry, mode os.FileMode, bound time.Duration) (t
 		_, err = parseHeader(b)
 		return err
 	}
-	m, created, err := shm.Open(path, int64(l.size), HeaderSize, mode, init, validate)
+	m, created, err := openOrReplace(path, l, mode, init, validate)
 	if err != nil {
 		if errors.Is(err, shm.ErrTooSmall) {
 			return nil, false, fmt.Errorf("%w: %w", ErrCorrupt, err)
@@ -86,6 +90,10 @@ func OpenReadOnly(path string) (*Table, error) {
 		return err
 	}
 	m, err := shm.OpenReadOnly(path, HeaderSize, validate)
+	var fe *FormatError
+	if errors.As(err, &fe) && fe.Found < FormatVersion {
+		fe.InUse, fe.Unused = formatUse(path)
+	}
 	if err != nil {
 		if errors.Is(err, shm.ErrTooSmall) {
 			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
@@ -104,6 +112,12 @@ func newTable(m *shm.Mapping, ro bool) (*Table, error) {
 	}
 	t := &Table{m: m, buf: b, base: unsafe.Pointer(&b[0]), l: l, mask: l.buckets - 1, readOnly: ro}
 	t.nonce = binary.NativeEndian.Uint64(b[hdrNonce:])
+	t.probe.Store(-1)
+	if f := m.File(); f != nil {
+		t.path = f.Name()
+		t.fi, _ = f.Stat()
+		t.probe.Store(int64(m.Probe()))
+	}
 	return t, nil
 }
 
@@ -116,7 +130,9 @@ func (t *Table) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
-	return t.m.Close()
+	err := t.m.Close()
+	shm.CloseProbe(int(t.probe.Swap(-1)))
+	return err
 }
 
 // Geometry returns the table's geometry.

@@ -98,8 +98,12 @@ func (h *holder) Wrapper() string {
 	return "gone"
 }
 
-// agentHolder resolves who holds the locks of agent a.
+// agentHolder resolves who holds the locks of agent a. Of an agent in
+// another PID namespace nothing can be told here (its PID is not ours).
 func agentHolder(a *table.AgentInfo) holder {
+	if a.OtherPidNS {
+		return holder{}
+	}
 	h := holder{ProcessAlive: table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot})}
 	if a.CoOwner != 0 {
 		h.Group = a.CoOwner
@@ -149,13 +153,20 @@ func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) 
 				state = "registering"
 			case a.State != table.AgentAlive:
 				state = fmt.Sprintf("invalid(%d)", a.State)
-			case h.ProcessAlive:
+			case !a.Live(): // the kernel's word: its lock and keep-alive bytes are free
+			case h.ProcessAlive || a.OtherPidNS:
 				state = agentAlive
-			case h.GroupAlive: // exec's wrapper died; its command's group holds on
+			default: // exec's wrapper died; its command (keep-alive descriptor, group) holds on
 				state = agentWrapperGone
 			}
 			command := ""
-			if h.ProcessAlive { // else the PID may be another process's now
+			switch {
+			case state != agentAlive:
+			case a.OtherPidNS && a.PidNS != 0:
+				// Its PID names a process of its own PID namespace (a
+				// container): this process cannot see it.
+				command = "(other PID namespace)"
+			case h.ProcessAlive: // else the PID may be another process's now
 				command = procCmdline(a.PID)
 			}
 			byIdx[a.Index] = i

@@ -199,20 +199,25 @@ func TestExecGroupMemberKeepsLock(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 }
 
-// What is not guaranteed: a process that leaves the group (setsid) does
-// not keep the lock.
+// What is not guaranteed: a process that leaves the group (setsid) and
+// closes the keep-alive descriptor (fd 3) does not keep the lock. (One
+// that keeps the descriptor does, as with flock(1):
+// TestExecKeepAliveDescriptorKeepsLock.)
 func TestExecProcessLeavingGroupDoesNotKeepLock(t *testing.T) {
 	if _, err := exec.LookPath("setsid"); err != nil {
 		t.Skip("no setsid(1)")
 	}
 	tbl := filepath.Join(t.TempDir(), "exec.tbl")
-	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "setsid sleep 60 & echo $!")
+	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "setsid sh -c 'exec 3>&-; exec sleep 60' & echo $!")
 	gone, err := strconv.Atoi(a.Next())
 	require.NoError(t, err)
 	t.Cleanup(func() { syscall.Kill(gone, syscall.SIGKILL) })
 	require.Equal(t, 0, exitCode(a))
-	r := shm(t, nil, "exec", "-t", tbl, "-n", "job", "echo", "free")
+	// Free while that process runs (the wrapper, or the table's reapers
+	// once fd 3 is closed, free it: waited for, within 10 s).
+	r := shm(t, nil, "exec", "-t", tbl, "-w", "10", "job", "echo", "free")
 	require.Equal(t, 0, r.code, r.stderr)
+	require.NoError(t, syscall.Kill(gone, 0), "the process that left still runs")
 }
 
 // The command's process waits for the go-ahead: if the wrapper dies before
@@ -247,4 +252,31 @@ func TestExecChildWithoutGoAheadRunsNothing(t *testing.T) {
 	pw.Close()
 	require.NoError(t, cmd.Wait())
 	require.FileExists(t, marker)
+}
+
+// The command's keep-alive descriptor (fd 3) keeps the lock, like the
+// descriptor flock(1) hands its command: a process that left the group
+// but kept it keeps the lock after the wrapper and the command are gone,
+// until it exits.
+func TestExecKeepAliveDescriptorKeepsLock(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid(1)")
+	}
+	tbl := filepath.Join(t.TempDir(), "exec.tbl")
+	a := startExecProc(t, "-t", tbl, "job", "sh", "-c", "setsid sleep 60 & echo $!")
+	kept, err := strconv.Atoi(a.Next())
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Kill(kept, syscall.SIGKILL) })
+	require.Equal(t, 0, exitCode(a))
+	r := shm(t, nil, "exec", "-t", tbl, "-n", "job", "echo", "free")
+	require.Equal(t, 1, r.code, "the process holding fd 3 keeps the lock: %s", r.stdout)
+	require.NoError(t, syscall.Kill(kept, syscall.SIGKILL))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = shm(t, nil, "exec", "-t", tbl, "-w", "5", "job", "echo", "free")
+		if r.code == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	require.Equal(t, 0, r.code, r.stderr)
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shmlocks/shmlocks/manager"
 	"github.com/shmlocks/shmlocks/table"
 )
@@ -165,10 +167,10 @@ func execLocked(o *execOptions, stdout, stderr io.Writer) int {
 		// it did not hold the lock to its end.
 		fmt.Fprintf(stderr, "shmlocks exec: lock %q was lost while the command ran (its status %d); exit %d\n", o.name, status, exitLost)
 		status = exitLost
-	case o.closeEarly || !table.GroupAlive(c.pgid, uint32(c.start)):
+	case o.closeEarly || !table.GroupAlive(c.pgid, uint32(c.start)) && !m.KeepAliveHeld():
 		l.Release()
 	default:
-		keep = true // the group's processes hold the lock now; the table frees it when they are gone
+		keep = true // the group's processes, or those holding the keep-alive descriptor, hold the lock now; the table frees it when they are gone
 		if o.verbose {
 			fmt.Fprintf(stderr, "shmlocks exec: processes of the command's group %d still run: they keep lock %q\n", c.pgid, o.name)
 		}
@@ -222,10 +224,25 @@ func startCommand(o *execOptions, m *manager.Manager, l *manager.Lock, stdout, s
 		c.fg = true
 		sys.Foreground, sys.Ctty = true, int(c.tty.Fd())
 	}
+	files := []*os.File{os.Stdin, outF, errF, goR}
+	// The keep-alive descriptor (the command's fd 3): the lock lives while
+	// any process holds it, in any PID namespace, as flock(1)'s lock lives
+	// with the descriptor its command inherits. Where there is none, the
+	// command's group keeps the lock through SetCoOwner alone.
+	var keep *os.File
+	if !o.closeEarly { // -o: the command holds no descriptor of the lock, as with flock(1)
+		if f, err := m.KeepAliveFile(); err == nil {
+			keep = f
+			files = append(files, keep)
+		}
+	}
 	p, err := os.StartProcess(self, append([]string{"shmlocks", execChildArg, path}, o.argv...), &os.ProcAttr{
-		Env: env, Files: []*os.File{os.Stdin, outF, errF, goR}, Sys: sys,
+		Env: env, Files: files, Sys: sys,
 	})
 	goR.Close()
+	if keep != nil {
+		keep.Close() // the command's copy keeps the agent alive; this process's agent lock keeps it too
+	}
 	if err != nil {
 		c.close()
 		return nil, exitOSErr, fmt.Errorf("start %s: %w", o.argv[0], err)
@@ -415,6 +432,13 @@ func execChild(args []string) int {
 	goR.Close()
 	if n != 1 || len(args) < 2 {
 		return exitFailure
+	}
+	// The keep-alive descriptor, if the wrapper passed one (fd 4), becomes
+	// the command's fd 3 (not close-on-exec).
+	if _, err := unix.FcntlInt(4, unix.F_GETFD, 0); err == nil {
+		if unix.Dup2(4, 3) == nil {
+			unix.Close(4)
+		}
 	}
 	err := syscall.Exec(args[0], args[1:], os.Environ())
 	fmt.Fprintf(os.Stderr, "shmlocks exec: %s: %v\n", args[1], err)

@@ -46,6 +46,11 @@ command's own status, 126/127 if it cannot be run, 128+N after signal N.`
 // on it; dflt for an error of no known kind.
 func tableFailure(path string, err error, dflt int) (int, string) {
 	switch {
+	case errors.Is(err, table.ErrFormat):
+		if v, ok := tableVersion(path); ok && v != table.FormatVersion {
+			return exitCorrupt, fmt.Sprintf("%s is a lock table of format version %d; this build of shmlocks reads version %d: %s", path, v, table.FormatVersion, errText(err))
+		}
+		return exitCorrupt, fmt.Sprintf("%s: %s", path, errText(err))
 	case errors.Is(err, table.ErrCorrupt):
 		if v, ok := tableVersion(path); ok && v != table.FormatVersion {
 			return exitCorrupt, fmt.Sprintf("%s is a lock table of format version %d; this build of shmlocks reads version %d", path, v, table.FormatVersion)

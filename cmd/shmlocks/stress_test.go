@@ -196,7 +196,7 @@ func TestStressChaosLong(t *testing.T) {
 
 func checkChaos(t *testing.T, dur, rate string, more ...string) {
 	t.Helper()
-	r, rep := stressJSON(t, nil, append([]string{"--chaos", rate, "--duration", dur}, more...)...)
+	r, rep := stressJSON(t, nil, append([]string{"--chaos", rate, "--duration", dur, "--kill-each"}, more...)...)
 	feats, _ := rep["features"].(map[string]any)
 	for _, f := range []string{"plain", "exec", "child", "coalesce", "all"} {
 		fr, ok := feats[f].(map[string]any)

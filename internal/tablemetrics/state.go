@@ -69,9 +69,13 @@ func Gather(t *table.Table, now time.Time) (State, error) {
 		alive := map[uint32]liveness{}
 		for _, a := range t.Agents() {
 			st.Agents++
-			l := liveness{process: a.State == table.AgentAlive && table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot}), pgid: a.CoOwner}
+			// Alive on the kernel's word (Live); the process and group are
+			// for people: which process holds the agent's locks. An agent
+			// of another PID namespace counts as its own process (its PID
+			// says nothing here).
+			l := liveness{live: a.Live(), pgid: a.CoOwner}
+			l.process = a.OtherPidNS || a.State == table.AgentAlive && table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot})
 			l.group = a.State == table.AgentAlive && a.CoOwner != 0 && table.GroupAlive(a.CoOwner, a.CoOwnerStart)
-			l.live = l.process || l.group
 			alive[a.Index] = l
 			if !l.live && a.State == table.AgentAlive {
 				st.Dead++

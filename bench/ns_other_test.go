@@ -1,0 +1,8 @@
+//go:build unix && !linux
+
+package bench
+
+import "syscall"
+
+func nsAttr() *syscall.SysProcAttr { return nil }
+func canUnshare() bool             { return false }
