@@ -219,12 +219,18 @@ func dumpCheck(path string, stdout, stderr io.Writer, openErr func(error) int) i
 	// process group of a shmlocks exec command) hold their locks: not a
 	// violation, but the PID recorded for them names nobody.
 	for _, ag := range t.Agents() {
-		if ag.State != table.AgentAlive || ag.CoOwner == 0 {
+		if ag.OtherPidNS || !ag.Live() {
 			continue
 		}
-		if h := agentHolder(&ag); !h.ProcessAlive && h.GroupAlive {
+		h := agentHolder(&ag)
+		switch {
+		case h.ProcessAlive:
+		case h.GroupAlive:
 			fmt.Fprintf(stdout, "agent %d (client %s): its process %d (a shmlocks exec wrapper) is gone; its command's process group %d holds its locks (pid %d: %s)\n",
 				ag.Index, inspect.ClientID(ag.Nonce), ag.PID, h.Group, h.HolderPID, commandOrUnknown(h.HolderCommand))
+		default:
+			fmt.Fprintf(stdout, "agent %d (client %s): its process %d is gone; a process holding its keep-alive descriptor (shmlocks exec's command, or one it started) holds its locks\n",
+				ag.Index, inspect.ClientID(ag.Nonce), ag.PID)
 		}
 	}
 	g, cycles, err := confirmedCycles(t, a)
