@@ -2,13 +2,41 @@
 GO      ?= go
 TIMEOUT ?= 8m
 
-.PHONY: all build run demo test test-suites test-vets release-check docs nested-build fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd cross-386 prom etcd etcd-vet bench clean
+.PHONY: all build lib lang-build test-lang bench-lang run demo test test-suites test-vets release-check docs nested-build fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd cross-386 prom etcd etcd-vet bench clean
 
 all: build
 
 build:
 	$(GO) build ./...
 	$(GO) build -o shmlocks ./cmd/shmlocks
+
+# libshmlocks.so and shmlocks.h, the C ABI (docs/c-abi.md), in LIBDIR; the
+# Python module (python/shmlocks) finds the library there. Needs gcc (cgo).
+LIBDIR ?= lib
+lib:
+	@command -v $${CC:-gcc} >/dev/null || { echo "make lib needs a C compiler (gcc, or CC) for cgo"; exit 1; }
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -o $(LIBDIR)/libshmlocks.so ./capi
+	rm -f $(LIBDIR)/libshmlocks.h
+	cp capi/shmlocks.h $(LIBDIR)/shmlocks.h
+
+# The cross-language tests (python/tests, python3's unittest): Python, C, Go
+# and shmlocks exec on one table, the conformance cases through Python, fork,
+# bad input, asyncio, a chaos run that SIGKILLs Python and Go holders, the
+# examples. Needs gcc and python3 (3.9+); without them it says so and skips.
+# From an empty cache the c-shared build compiles the standard library once
+# more (-shared): about 26 s of a 2-CPU machine.
+# make test compiles them in its vet lane (lang-build) and runs them after
+# both lanes: their processes, SIGKILLed at random and spinning on a name,
+# would otherwise compete with the suites' own timing-bounded chaos runs.
+LANG_TIMEOUT ?= 8m
+lang-build:
+	@if ! command -v $${CC:-gcc} >/dev/null; then echo "lang-build: skipped: no gcc (or CC) for cgo"; \
+	else $(MAKE) --no-print-directory lib && $(GO) build ./capi/agents/goagent ./cmd/shmlocks; fi
+test-lang:
+	@if ! command -v $${CC:-gcc} >/dev/null || ! command -v python3 >/dev/null; then \
+		echo "test-lang: skipped: the cross-language tests need gcc (or CC) and python3 on PATH"; \
+	else $(MAKE) --no-print-directory lib && \
+		timeout -k 10 $(LANG_TIMEOUT) python3 -m unittest discover -s python/tests -t python/tests; fi
 
 # The main job on the default table (see README): a 10-second stress run of
 # every feature (plain holders, shmlocks exec wrappers with running
@@ -42,9 +70,12 @@ demo: build
 # (modules already downloaded) on a shared 2-CPU machine at a load of 3 to
 # 10, this took 6.9 minutes (11 minutes of CPU); the suites alone, one step
 # after the other without the darwin, freebsd and 386 vets, took 6.75
-# minutes on 2 quiet CPUs.
+# minutes on 2 quiet CPUs. Then, alone, the cross-language tests
+# (test-lang; the vet lane compiled them: lang-build, the c-shared library
+# being one more standard library, ~26 s from empty caches): ~35 s.
 test: fmt
 	$(MAKE) --no-print-directory -j2 -Oline test-suites test-vets
+	$(MAKE) --no-print-directory test-lang
 
 test-suites:
 	$(MAKE) --no-print-directory race
@@ -63,6 +94,7 @@ test-vets:
 	$(MAKE) --no-print-directory cross-darwin
 	$(MAKE) --no-print-directory cross-freebsd
 	$(MAKE) --no-print-directory nested-build
+	$(MAKE) --no-print-directory lang-build
 
 # The nested modules' tests compiled, not run (-run '^$$'): the vet lane ends
 # first, so it builds them for the suites lane, which then only runs them.
@@ -160,6 +192,12 @@ release-check:
 COUNT ?= 3
 bench:
 	GO=$(GO) COUNT=$(COUNT) OUT=bench-out bash docs/bench.sh
+	$(MAKE) --no-print-directory bench-lang
+
+# Uncontended acquire+release from Python and from C against flock in the
+# same language (capi/bench; docs/benchmarks.md, "Other languages").
+bench-lang: lib
+	COUNT=$(COUNT) OUT=bench-out LIBDIR=$(LIBDIR) bash capi/bench/bench-lang.sh
 
 clean:
-	rm -rf bench-out shmlocks
+	rm -rf bench-out shmlocks $(LIBDIR)

@@ -53,8 +53,8 @@ func (m *Manager) Close() error {
 	// gives the lock back itself if it finds it set, while Deregister
 	// releases every fast hold it finds (see acquire).
 	pollUntil(time.Second, func() bool { return m.t.ClaimsSettled(m.a) })
-	m.reaper.stop()
-	m.bell.close()
+	m.reaper.Stop()
+	m.bell.Close()
 	m.bg.Wait()
 	// The watched locks are lost before the table lets anyone else have
 	// their names: their Lost channels close, fn's ctxs are cancelled and

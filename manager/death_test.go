@@ -3,7 +3,9 @@ package manager_test
 import (
 	"context"
 	"encoding/binary"
+	"github.com/shmlocks/shmlocks/futex"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,26 +146,23 @@ func TestStaleBootResetsAgents(t *testing.T) {
 	check(t, m2)
 }
 
-// The reaper (pidfds) reaps without a liveness check, trusting the record word
-// it saw when it opened the pidfd; a record that holds another word by then
-// (the agent left and its record was reused) must be left alone.
-func TestReapExitedIsKeyedOnTheRecordWord(t *testing.T) {
+// A death word is a hint, never proof: a watcher told that an agent's
+// sentinel thread died (the word marked owner-died and woken, as the kernel
+// does) while the agent's lock byte is still held (a forked child kept it,
+// a forged word) reaps nothing; the agent keeps its lock.
+func TestDeathHintIsNoProof(t *testing.T) {
 	path := tablePath(t)
 	m := openM(t, path, nil)
 	m2 := openM(t, path, nil)
 	l, err := m2.Acquire(ctxT(t, eventually), "k", RequestOptions{})
 	require.NoError(t, err)
-	var word uint64
-	for _, ai := range m.Table().Agents() {
-		if ai.Index == m2.Agent().Idx {
-			word = ai.Word()
-		}
-	}
-	require.NotZero(t, word)
-	ReapExited(m, m2.Agent().Idx, word^1<<40) // another registration of that record
-	snap, err := m.Query(context.Background())
-	require.NoError(t, err)
-	require.Len(t, snap.Held, 1, "the live agent's lock survives a report about another registration")
+	w := acquireAsync(ctxT(t, eventually), m, "k", RequestOptions{})
+	waitPending(t, m, "k", 1)
+	dw := m2.Agent().DeathWord()
+	atomic.OrUint32(dw, 1<<30)
+	futex.Wake(dw, 1<<30)
+	mustBlock(t, w, "a death word says nothing while the lock byte is held")
 	require.NoError(t, l.Release())
+	mustGrant(t, w, "after the release").Release()
 	check(t, m)
 }

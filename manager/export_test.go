@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"github.com/shmlocks/shmlocks/manager/internal/wake"
 
 	"github.com/shmlocks/shmlocks/table"
 )
@@ -64,12 +65,8 @@ func RoundsEpoch(m *Manager) uint64 {
 	return m.dl.epoch
 }
 
-// ReapExited is what m's reaper does when the process of agent record idx
-// (registration word) exits.
-func ReapExited(m *Manager, idx uint32, word uint64) { m.reapExited(idx, word) }
-
 // BellLoops is the number of rounds m's bell loop has done.
-func BellLoops(m *Manager) uint64 { return m.loops.Load() }
+func BellLoops(m *Manager) uint64 { return m.bell.Loops() }
 
 // ScanAll is one look of the bell loop at every waiting request and held
 // lock of m (when m is open).
@@ -88,7 +85,7 @@ func SetVictimHook(f func()) { victimHook = f }
 func WatchLooks(m *Manager) int64 { return m.obs.looks.Load() }
 
 // SafetyScan is the period of the bell loop's look when nothing rang.
-const SafetyScan = safetyScan
+const SafetyScan = wake.SafetyScan
 
 // WaitBounds are the upper bounds of the wait histogram's buckets (Stats).
 var WaitBounds = waitBounds

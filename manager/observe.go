@@ -292,7 +292,7 @@ func (m *Manager) observe(name string, h uint64, mode uint32) (o *observer, err 
 		m.drop(o)
 		return nil, err
 	}
-	m.reaper.kick() // watch the other agents' processes: a dead holder is reaped
+	m.reaper.Kick() // watch the other agents' processes: a dead holder is reaped
 	return o, nil
 }
 

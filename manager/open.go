@@ -7,6 +7,7 @@ import (
 	"runtime"
 
 	"github.com/shmlocks/shmlocks/internal/inspect"
+	"github.com/shmlocks/shmlocks/manager/internal/wake"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -76,7 +77,7 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		m.stats = new(stats)
 	}
 	t.SetEventHook(m.tableEvent)
-	m.bell, err = newDoorbell(t.Nonce(), nonce)
+	m.bell, err = wake.NewBell(t.Nonce(), nonce)
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("open %s: doorbell: %w", path, err)
@@ -102,13 +103,16 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	})
 	if err != nil {
 		m.noteErr("open", err)
-		m.bell.close()
+		m.bell.Close()
 		t.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	m.reaper = newReaper(m)
+	m.reaper = wake.NewReaper(t, m.a, m.bell, wakeHost{m})
 	m.bg.Add(1)
-	go m.bellLoop()
+	go func() {
+		defer m.bg.Done()
+		m.bell.Run(wakeHost{m}, m.a)
+	}()
 	runtime.AddCleanup(m, func(t *table.Table) { t.Close() }, t)
 	return m, nil
 }

@@ -30,16 +30,6 @@ func (m *Manager) reapOne(idx uint32) {
 	m.reapAgent(idx, func() (bool, uint64) { return m.t.AgentDeadWord(idx) })
 }
 
-// reapExited reaps agent idx, whose process a pidfd has reported exited
-// while the record held word (the pidfd was opened on the process the record
-// named, see reaper.refresh). No liveness check is needed: reading
-// /proc/PID/stat of a process in the middle of its exit took 40-70 µs, the
-// largest part of the time from a holder's death to the next grant. Reap is
-// keyed on word, so a record reused meanwhile is left alone.
-func (m *Manager) reapExited(idx uint32, word uint64) {
-	m.reapAgent(idx, func() (bool, uint64) { return true, word })
-}
-
 // reapAgent reaps agent idx if dead says it is dead, with the record's word.
 func (m *Manager) reapAgent(idx uint32, dead func() (bool, uint64)) {
 	if !m.enter() {

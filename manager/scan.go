@@ -3,6 +3,7 @@ package manager
 import (
 	"sync/atomic"
 
+	"github.com/shmlocks/shmlocks/manager/internal/wake"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -15,13 +16,12 @@ import (
 // grant's wakes are delivered with (bound once, so that a delivery
 // allocates nothing).
 type wakes struct {
-	bell     *doorbell
-	reaper   *reaper
+	bell     *wake.Bell
+	reaper   *wake.Reaper
 	ringFn   func(agent uint32, nonce uint64) // ring
 	pokeFn   func(slot uint32)                // pokeSlot
 	faultFn  func()                           // noteFault (EndGuard's onFault)
 	lastBell atomic.Uint32                    // the bell word at the last scan
-	loops    atomic.Uint64                    // bell-loop rounds done (tests wait for one after a change)
 	lastStl  atomic.Uint32                    // the steal word at the last scan
 }
 
@@ -115,7 +115,7 @@ func (m *Manager) ring(agent uint32, nonce uint64) {
 		// ring through the table (its sentinel thread wakes on it).
 		m.t.RingAcross(agent)
 	}
-	m.bell.ring(nonce)
+	m.bell.Ring(nonce)
 }
 
 // deliver delivers w: a sleeping request of this Manager that was granted
@@ -133,4 +133,20 @@ func (m *Manager) pokeSlot(s uint32) {
 	if w := m.bySlot.load(s); w != nil {
 		w.poke()
 	}
+}
+
+// wakeHost is the Manager as package wake calls it back (cold paths).
+type wakeHost struct{ m *Manager }
+
+func (h wakeHost) Enter() bool        { return h.m.enter() }
+func (h wakeHost) Leave()             { h.m.leave() }
+func (h wakeHost) Scan(force bool)    { h.m.scan(force) }
+func (h wakeHost) NoteFault()         { h.m.noteFault() }
+func (h wakeHost) ReapAll()           { h.m.reap() }
+func (h wakeHost) ReapOne(idx uint32) { h.m.reapOne(idx) }
+func (h wakeHost) Busy() bool {
+	h.m.mu.Lock()
+	n := h.m.nwait
+	h.m.mu.Unlock()
+	return n > 0 || h.m.watching()
 }

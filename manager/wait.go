@@ -93,8 +93,8 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 		now = m.mono()
 	}
 	m.refreshView(now)
-	if first || m.reaper.stale(now) {
-		m.reaper.kick() // watch the agents in our way (at most once per kickEvery: a refresh per park is costly)
+	if first || m.reaper.Stale(now) {
+		m.reaper.Kick() // arm the death watch (wake.Reaper)
 	}
 	if holds := carriedRefs(ctx); len(holds) > 0 {
 		m.tagCarried(w, holds) // so that the wait-for graph goes through them (deadlock.go)

@@ -15,7 +15,7 @@ import (
 // The exported methods of Manager without an error result: they return
 // zero values on a zero or closed Manager. A new method without an error
 // result must be added here (and not panic either).
-var managerNoErrorMethods = []string{"Agent", "ClientID", "Fairness", "Locker", "Path", "Table"}
+var managerNoErrorMethods = []string{"Agent", "ClientID", "Fairness", "KeepAliveHeld", "Locker", "Path", "Table"}
 
 // callEvery calls every exported method of recv (found by reflection, so
 // that a new method is covered without editing this test) with plain

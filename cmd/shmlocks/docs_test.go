@@ -32,6 +32,7 @@ import (
 var docNotRun = map[string]string{
 	"make test": "it is CI itself (this test runs inside it)",
 	"make run":  "it builds ./shmlocks into the checkout and runs on the user's own default table",
+	"make lib":  "it writes lib/ into the checkout; make test builds it and runs the C and Python tests on it (lang-build, test-lang)",
 	"./shmlocks stress --procs 8 --chaos 5 --duration 30s":                                                                   "30 s: longer than the test's budget (TestStressChaosLong runs chaos for 10 s)",
 	"shmlocks stress --chaos 50 --duration 240s --procs 10 --seed 1":                                                         "240 s: longer than the test's budget",
 	"shmlocks exec --table /srv/locks/app.tbl --mode 0660 deploy ./deploy.sh":                                                "needs /srv/locks, made by the sudo line before it for a group 'team'",

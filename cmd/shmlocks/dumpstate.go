@@ -165,7 +165,7 @@ func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) 
 			case a.OtherPidNS && a.PidNS != 0:
 				// Its PID names a process of its own PID namespace (a
 				// container): this process cannot see it.
-				command = "(other PID namespace)"
+				command = "(other pid ns)"
 			case h.ProcessAlive: // else the PID may be another process's now
 				command = procCmdline(a.PID)
 			}

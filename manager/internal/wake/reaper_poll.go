@@ -1,6 +1,6 @@
 //go:build !linux || shmlocks_poll
 
-package manager
+package wake
 
 import (
 	"sync"
@@ -15,36 +15,40 @@ import (
 // granted within that interval.
 const reapPoll = 5 * time.Millisecond
 
-type reaper struct {
-	m     *Manager
+// Reaper is a Manager's death watcher (polling here).
+type Reaper struct {
+	h     Host
 	kickc chan struct{}
 	done  chan struct{}
 	wg    sync.WaitGroup
 }
 
-func newReaper(m *Manager) *reaper {
-	r := &reaper{m: m, kickc: make(chan struct{}, 1), done: make(chan struct{})}
+// NewReaper starts the death watcher of agent a in table t.
+func NewReaper(t *table.Table, a *table.Agent, bell *Bell, h Host) *Reaper {
+	r := &Reaper{h: h, kickc: make(chan struct{}, 1), done: make(chan struct{})}
 	r.wg.Add(1)
 	go r.loop()
 	return r
 }
 
-// stale: the polling reaper's loop is cheap, every park may kick it.
-func (r *reaper) stale(int64) bool { return true }
+// Stale: the polling reaper's loop is cheap, every park may kick it.
+func (r *Reaper) Stale(int64) bool { return true }
 
-func (r *reaper) kick() {
+// Kick asks for a look now (a request started waiting).
+func (r *Reaper) Kick() {
 	select {
 	case r.kickc <- struct{}{}:
 	default:
 	}
 }
 
-func (r *reaper) stop() {
+// Stop ends the reaper.
+func (r *Reaper) Stop() {
 	close(r.done)
 	r.wg.Wait()
 }
 
-func (r *reaper) loop() {
+func (r *Reaper) loop() {
 	defer r.wg.Done()
 	tick := time.NewTicker(reapPoll)
 	defer tick.Stop()
@@ -58,11 +62,8 @@ func (r *reaper) loop() {
 			// (table.RefreshClock) keeps within a tick of the time.
 			table.RefreshClock()
 		}
-		r.m.mu.Lock()
-		n := r.m.nwait
-		r.m.mu.Unlock()
-		if n > 0 || r.m.watching() {
-			r.m.reap()
+		if r.h.Busy() {
+			r.h.ReapAll()
 		}
 	}
 }

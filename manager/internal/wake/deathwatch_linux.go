@@ -1,6 +1,6 @@
 //go:build linux && !shmlocks_poll
 
-package manager
+package wake
 
 import (
 	"runtime"
@@ -36,7 +36,8 @@ import (
 // more threads). Woken by a death, a watcher wakes every other waiter of
 // that word (the kernel woke one) and hands the agent to the reaper, which
 // reaps it once its lock byte is free. Every return rebuilds the set; a
-// timeout of a second bounds a missed registration.
+// timeout (watchTimeout) bounds a missed registration, or a wake the kernel
+// gave to a watcher killed before it passed it on.
 //
 // A death word is a hint: the proof is the agent's lock byte (live.go). A
 // TID of another namespace that collides with ours is harmless: the kernel
@@ -67,7 +68,7 @@ type futexWaitv struct {
 }
 
 type deathWatch struct {
-	r       *reaper
+	r       *Reaper
 	kick    *uint32 // a futex word of this process's memory (never moved: heap)
 	stopped atomic.Bool
 	wg      sync.WaitGroup
@@ -81,7 +82,7 @@ type deathWatch struct {
 	entry *robustEntry //
 }
 
-func startDeathWatch(r *reaper) *deathWatch {
+func startDeathWatch(r *Reaper) *deathWatch {
 	d := &deathWatch{r: r, kick: new(uint32), threads: 1}
 	d.wg.Add(1)
 	go d.sentinel()
@@ -105,11 +106,11 @@ func (d *deathWatch) sentinel() {
 	defer d.wg.Done()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	m := d.r.m
+	r := d.r
 	registered := false
-	if m.enter() {
+	if r.h.Enter() {
 		table.Guard(func() error {
-			dw := m.a.DeathWord()
+			dw := r.a.DeathWord()
 			d.head, d.entry = &robustHead{}, &robustEntry{}
 			d.head.next = uintptr(unsafe.Pointer(d.entry))
 			d.entry.next = uintptr(unsafe.Pointer(d.head))
@@ -118,27 +119,27 @@ func (d *deathWatch) sentinel() {
 			if errno == 0 {
 				registered = true
 				atomic.StoreUint32(dw, uint32(unix.Gettid()))
-				m.t.BumpAgentsGen()
+				r.t.BumpAgentsGen()
 			}
 			return nil
 		})
-		m.leave()
+		r.h.Leave()
 	}
 	d.watch(0)
 	if registered {
 		// Off the list before the record can be reused: an empty list.
 		d.head.next = uintptr(unsafe.Pointer(d.head))
 		unix.RawSyscall(unix.SYS_SET_ROBUST_LIST, uintptr(unsafe.Pointer(d.head)), unsafe.Sizeof(*d.head), 0)
-		if m.enter() {
-			table.Guard(func() error { atomic.StoreUint32(m.a.DeathWord(), 0); return nil })
-			m.leave()
+		if r.h.Enter() {
+			table.Guard(func() error { atomic.StoreUint32(r.a.DeathWord(), 0); return nil })
+			r.h.Leave()
 		}
 	}
 }
 
 // watch is watcher thread n's loop.
 func (d *deathWatch) watch(n int) {
-	m := d.r.m
+	r := d.r
 	var (
 		ws     []futexWaitv
 		idxs   []uint32
@@ -147,12 +148,12 @@ func (d *deathWatch) watch(n int) {
 		xbell  *uint32
 		noWait bool
 	)
-	if n == 0 && m.enter() {
-		table.Guard(func() error { xbell = m.a.XBell(); lastX = atomic.LoadUint32(xbell); return nil })
-		m.leave()
+	if n == 0 && r.h.Enter() {
+		table.Guard(func() error { xbell = r.a.XBell(); lastX = atomic.LoadUint32(xbell); return nil })
+		r.h.Leave()
 	}
 	for !d.stopped.Load() {
-		if !m.enter() {
+		if !r.h.Enter() {
 			return
 		}
 		need := 0
@@ -160,9 +161,9 @@ func (d *deathWatch) watch(n int) {
 			ws, idxs, words, need = d.build(n, ws[:0], idxs[:0], words[:0], xbell)
 			return nil
 		})
-		m.leave()
+		r.h.Leave()
 		if fault != nil {
-			m.noteFault()
+			r.h.NoteFault()
 			return
 		}
 		if n == 0 {
@@ -176,7 +177,7 @@ func (d *deathWatch) watch(n int) {
 		if d.stopped.Load() {
 			return
 		}
-		if xbell != nil && m.enter() {
+		if xbell != nil && r.h.Enter() {
 			rang := false
 			if table.Guard(func() error {
 				if x := atomic.LoadUint32(xbell); x != lastX {
@@ -184,11 +185,11 @@ func (d *deathWatch) watch(n int) {
 				}
 				return nil
 			}) != nil {
-				m.noteFault()
+				r.h.NoteFault()
 			}
-			m.leave()
+			r.h.Leave()
 			if rang {
-				m.bell.ring(m.a.Nonce) // a ring from another network namespace: our own bell loop scans
+				r.bell.Ring(r.a.Nonce) // a ring from another network namespace: our own bell loop scans
 			}
 		}
 	}
@@ -200,12 +201,12 @@ func (d *deathWatch) watch(n int) {
 // kernel marked them) go to the reaper instead. It returns how many
 // threads the agents need.
 func (d *deathWatch) build(n int, ws []futexWaitv, idxs []uint32, words []uint64, xbell *uint32) ([]futexWaitv, []uint32, []uint64, int) {
-	m := d.r.m
+	r := d.r
 	add := func(p *uint32, val uint32) {
 		ws = append(ws, futexWaitv{val: uint64(val), uaddr: uint64(uintptr(unsafe.Pointer(p))), flags: futex2SizeU32})
 	}
 	add(d.kick, atomic.LoadUint32(d.kick))
-	gen := m.t.AgentsGen()
+	gen := r.t.AgentsGen()
 	add(gen, atomic.LoadUint32(gen))
 	if n == 0 && xbell != nil {
 		add(xbell, atomic.LoadUint32(xbell))
@@ -219,21 +220,26 @@ func (d *deathWatch) build(n int, ws []futexWaitv, idxs []uint32, words []uint64
 	}
 	per0, per := waitvMax-watchFixed0, waitvMax-watchFixed
 	k := 0 // position among the watched agents
-	for idx := uint32(0); interested && idx < uint32(m.t.Geometry().MaxAgents); idx++ {
-		word := m.t.AgentWord(idx)
-		if idx == m.a.Idx || word == 0 {
+	for idx := uint32(0); idx < uint32(r.t.Geometry().MaxAgents); idx++ {
+		word := r.t.AgentWord(idx)
+		if idx == r.a.Idx || word == 0 {
 			continue
 		}
-		dp := m.t.DeathWord(idx)
+		dp := r.t.DeathWord(idx)
 		v := atomic.LoadUint32(dp)
 		if v == 0 {
 			continue // no sentinel (yet): the full pass covers it
 		}
 		if v&futexOwnerDied != 0 {
+			// Handled whether or not this Manager waits: the kernel woke
+			// one watcher, maybe this one, whose waits have ended since.
 			if !d.r.handling(idx, word) {
-				futex.Wake(dp, 1<<30) // the kernel woke one watcher: wake the rest
+				futex.Wake(dp, 1<<30) // wake the rest
 				d.r.hint(idx, word)
 			}
+			continue
+		}
+		if !interested {
 			continue
 		}
 		mine := k < per0 && n == 0 || k >= per0 && (k-per0)/per+1 == n
@@ -259,13 +265,7 @@ func (d *deathWatch) build(n int, ws []futexWaitv, idxs []uint32, words []uint64
 }
 
 // interested reports whether the Manager has waiting requests or watches.
-func (d *deathWatch) interested() bool {
-	m := d.r.m
-	m.mu.Lock()
-	n := m.nwait
-	m.mu.Unlock()
-	return n > 0 || m.watching()
-}
+func (d *deathWatch) interested() bool { return d.r.h.Busy() }
 
 // arm makes the watchers watch the death words, if they do not already.
 func (d *deathWatch) arm() {
@@ -291,13 +291,17 @@ func (d *deathWatch) grow(need int) {
 	}
 }
 
-// waitv waits on ws (futex_waitv, Linux 5.16) up to a second; it returns
+// watchTimeout bounds a watcher's wait: a wake the kernel gave to a thread
+// that was killed before passing it on is picked up by then.
+const watchTimeout = 250 * time.Millisecond
+
+// waitv waits on ws (futex_waitv, Linux 5.16) up to watchTimeout; it returns
 // the index of the word woken, or an error (EAGAIN: a value had changed,
 // ETIMEDOUT, EINTR, ENOSYS).
 func waitv(ws []futexWaitv) (int, error) {
 	var ts unix.Timespec
 	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	ts.Sec++
+	ts = unix.NsecToTimespec(unix.TimespecToNsec(ts) + int64(watchTimeout))
 	r, _, errno := unix.Syscall6(unix.SYS_FUTEX_WAITV, uintptr(unsafe.Pointer(&ws[0])), uintptr(len(ws)), 0,
 		uintptr(unsafe.Pointer(&ts)), unix.CLOCK_MONOTONIC, 0)
 	runtime.KeepAlive(ws)

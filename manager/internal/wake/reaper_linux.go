@@ -1,6 +1,6 @@
 //go:build linux && !shmlocks_poll
 
-package manager
+package wake
 
 import (
 	"sync"
@@ -37,8 +37,12 @@ const (
 	deathLockWait = 200 * time.Millisecond
 )
 
-type reaper struct {
-	m     *Manager
+// Reaper is a Manager's death watcher.
+type Reaper struct {
+	t     *table.Table
+	a     *table.Agent
+	h     Host
+	bell  *Bell
 	kickc chan struct{}
 	done  chan struct{}
 	wg    sync.WaitGroup
@@ -49,8 +53,10 @@ type reaper struct {
 	hinted  map[uint32]uint64 // agents whose sentinel died, being handled: index -> record word
 }
 
-func newReaper(m *Manager) *reaper {
-	r := &reaper{m: m, kickc: make(chan struct{}, 1), done: make(chan struct{}),
+// NewReaper starts the death watcher of agent a (whose doorbell is bell)
+// in table t.
+func NewReaper(t *table.Table, a *table.Agent, bell *Bell, h Host) *Reaper {
+	r := &Reaper{t: t, a: a, h: h, bell: bell, kickc: make(chan struct{}, 1), done: make(chan struct{}),
 		orphans: map[uint32]uint64{}, hinted: map[uint32]uint64{}}
 	r.dw = startDeathWatch(r)
 	r.wg.Add(1)
@@ -58,13 +64,13 @@ func newReaper(m *Manager) *reaper {
 	return r
 }
 
-// stale: a park kicks the reaper only when it is its Manager's first
-// (the watch is then armed until the next rebuild without waiters).
-func (r *reaper) stale(int64) bool { return !r.dw.armed.Load() }
+// Stale reports whether a park should kick the reaper: the watch is not
+// armed (it is armed until a rebuild finds the Manager without waiters).
+func (r *Reaper) Stale(int64) bool { return !r.dw.armed.Load() }
 
-// kick asks for a look at the orphans and a liveness pass (a request
-// started waiting).
-func (r *reaper) kick() {
+// Kick arms the watch and asks for a look at the orphans and a liveness
+// pass (a request started waiting).
+func (r *Reaper) Kick() {
 	r.dw.arm()
 	select {
 	case r.kickc <- struct{}{}:
@@ -72,13 +78,14 @@ func (r *reaper) kick() {
 	}
 }
 
-func (r *reaper) stop() {
+// Stop ends the reaper and its threads.
+func (r *Reaper) Stop() {
 	close(r.done)
 	r.dw.stop()
 	r.wg.Wait()
 }
 
-func (r *reaper) loop() {
+func (r *Reaper) loop() {
 	defer r.wg.Done()
 	tick := time.NewTicker(reapRefresh)
 	defer tick.Stop()
@@ -115,12 +122,9 @@ func (r *reaper) loop() {
 			poll.Stop()
 			poll = nil
 		}
-		r.m.mu.Lock()
-		n := r.m.nwait
-		r.m.mu.Unlock()
-		if (n > 0 || r.m.watching()) && time.Since(lastFull) >= reapFull {
+		if r.h.Busy() && time.Since(lastFull) >= reapFull {
 			lastFull = time.Now()
-			r.m.reap()
+			r.h.ReapAll()
 		}
 	}
 }
@@ -128,7 +132,7 @@ func (r *reaper) loop() {
 // hint handles the death of agent idx's sentinel thread, seen while its
 // record held word: once its lock byte is free, it is reaped, or adopted
 // as an orphan if something still keeps it alive.
-func (r *reaper) hint(idx uint32, word uint64) {
+func (r *Reaper) hint(idx uint32, word uint64) {
 	r.mu.Lock()
 	if w, ok := r.hinted[idx]; ok && w == word {
 		r.mu.Unlock()
@@ -146,55 +150,52 @@ func (r *reaper) hint(idx uint32, word uint64) {
 			}
 			r.mu.Unlock()
 		}()
-		m := r.m
-		if !m.enter() {
+		if !r.h.Enter() {
 			return
 		}
 		table.Guard(func() error {
-			m.t.WaitLifeFree(idx, deathLockWait)
+			r.t.WaitLifeFree(idx, deathLockWait)
 			return nil
 		})
-		m.leave()
+		r.h.Leave()
 		r.exited(idx, word)
 	}()
 }
 
 // exited reaps agent idx (record word word) if it is dead, and adopts it
 // as an orphan if its process is gone but something keeps it alive.
-func (r *reaper) exited(idx uint32, word uint64) {
+func (r *Reaper) exited(idx uint32, word uint64) {
 	if r.reapOrphan(idx, word) {
 		return
 	}
-	m := r.m
-	if !m.enter() {
+	if !r.h.Enter() {
 		return
 	}
 	processGone := false
-	table.Guard(func() error { processGone = m.t.AgentProcessDead(idx); return nil })
-	m.leave()
+	table.Guard(func() error { processGone = r.t.AgentProcessDead(idx); return nil })
+	r.h.Leave()
 	if processGone {
 		r.mu.Lock()
 		r.orphans[idx] = word
 		r.mu.Unlock()
-		r.kick() // start the poll
+		r.Kick() // start the poll
 	}
 }
 
 // reapOrphan reaps agent idx if it is dead and reports whether its record
 // no longer holds word.
-func (r *reaper) reapOrphan(idx uint32, word uint64) (gone bool) {
-	m := r.m
-	m.reapOne(idx)
-	if !m.enter() {
+func (r *Reaper) reapOrphan(idx uint32, word uint64) (gone bool) {
+	r.h.ReapOne(idx)
+	if !r.h.Enter() {
 		return true
 	}
-	defer m.leave()
-	table.Guard(func() error { gone = m.t.AgentWord(idx) != word; return nil })
+	defer r.h.Leave()
+	table.Guard(func() error { gone = r.t.AgentWord(idx) != word; return nil })
 	return gone
 }
 
 // pollOrphans looks at every orphan and reaps those that are dead.
-func (r *reaper) pollOrphans() {
+func (r *Reaper) pollOrphans() {
 	r.mu.Lock()
 	list := make(map[uint32]uint64, len(r.orphans))
 	for idx, w := range r.orphans {
@@ -212,8 +213,8 @@ func (r *reaper) pollOrphans() {
 	}
 }
 
-// watched reports whether the reaper is already handling agent idx.
-func (r *reaper) handling(idx uint32, word uint64) bool {
+// handling reports whether the reaper is already handling agent idx.
+func (r *Reaper) handling(idx uint32, word uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w, ok := r.orphans[idx]; ok && w == word {

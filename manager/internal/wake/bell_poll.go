@@ -1,6 +1,6 @@
 //go:build !linux || shmlocks_poll
 
-package manager
+package wake
 
 import (
 	"sync/atomic"
@@ -16,36 +16,46 @@ import (
 const (
 	pollMin    = 50 * time.Microsecond
 	pollMax    = 2 * time.Millisecond
-	safetyScan = 100 * time.Millisecond
+	SafetyScan = 100 * time.Millisecond
 )
 
-type doorbell struct {
+// Bell is an agent's doorbell (polled here) and its loop.
+type Bell struct {
 	closed atomic.Bool
+	loops  atomic.Uint64
 }
 
-func newDoorbell(table, nonce uint64) (*doorbell, error) { return &doorbell{}, nil }
+// NewBell opens the doorbell of an agent.
+func NewBell(table, nonce uint64) (*Bell, error) { return &Bell{}, nil }
 
-func (d *doorbell) ring(nonce uint64) {}
-func (d *doorbell) close()            { d.closed.Store(true) }
+// Ring: the polled doorbell needs no byte (the loop reads the bell word).
+func (d *Bell) Ring(nonce uint64) {}
 
-func (m *Manager) bellLoop() {
-	defer m.bg.Done()
+// Close ends the loop.
+func (d *Bell) Close() { d.closed.Store(true) }
+
+// Loops is the number of rounds the bell loop has done.
+func (d *Bell) Loops() uint64 { return d.loops.Load() }
+
+// Run is the bell loop: it has h scan when agent a's bell or steal words
+// change, and every SafetyScan.
+func (d *Bell) Run(h Host, a *table.Agent) {
 	sleep := pollMin
 	var lastBell, lastSteal uint32
 	lastFull := time.Now()
-	for !m.bell.closed.Load() {
+	for !d.closed.Load() {
 		time.Sleep(sleep)
-		if !m.enter() {
+		if !h.Enter() {
 			return
 		}
 		// Guarded: a table file truncated under us must not SIGBUS the
 		// process from this background loop (TestTruncatedUnderUs).
 		err := table.Guard(func() error {
-			bell, steal := atomic.LoadUint32(m.a.Bell()), atomic.LoadUint32(m.a.StealSeq())
-			full := time.Since(lastFull) >= safetyScan
+			bell, steal := atomic.LoadUint32(a.Bell()), atomic.LoadUint32(a.StealSeq())
+			full := time.Since(lastFull) >= SafetyScan
 			if bell != lastBell || steal != lastSteal || full {
 				lastBell, lastSteal = bell, steal
-				m.scan(full)
+				h.Scan(full)
 				if full {
 					lastFull = time.Now()
 				}
@@ -57,9 +67,9 @@ func (m *Manager) bellLoop() {
 		})
 		if err != nil {
 			sleep = pollMax
-			m.noteFault()
+			h.NoteFault()
 		}
-		m.loops.Add(1)
-		m.leave()
+		d.loops.Add(1)
+		h.Leave()
 	}
 }

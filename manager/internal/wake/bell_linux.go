@@ -1,6 +1,6 @@
 //go:build linux && !shmlocks_poll
 
-package manager
+package wake
 
 import (
 	"errors"
@@ -24,14 +24,16 @@ import (
 // thread per waiter) then looks at its waiting requests and held locks.
 // Lost or coalesced bytes are harmless: the loop re-reads the agent's bell
 // and steal sequence words, and looks anyway every safetyScan.
-const safetyScan = 100 * time.Millisecond
+const SafetyScan = 100 * time.Millisecond
 
-type doorbell struct {
+// Bell is an agent's doorbell and its loop.
+type Bell struct {
 	conn   *net.UnixConn
 	table  uint64
 	mu     sync.Mutex
 	addrs  map[uint64]*bellAddr
 	closed atomic.Bool
+	loops  atomic.Uint64 // bell-loop rounds done (tests wait for one after a change)
 }
 
 type bellAddr struct {
@@ -41,7 +43,9 @@ type bellAddr struct {
 
 func bellName(table, agent uint64) string { return fmt.Sprintf("shmlocks-%016x-%016x", table, agent) }
 
-func newDoorbell(table, nonce uint64) (*doorbell, error) {
+// NewBell opens the doorbell of the agent whose nonce is given, in the
+// table whose nonce is table.
+func NewBell(table, nonce uint64) (*Bell, error) {
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: "@" + bellName(table, nonce), Net: "unixgram"})
 	if err != nil {
 		return nil, err
@@ -50,7 +54,7 @@ func newDoorbell(table, nonce uint64) (*doorbell, error) {
 		conn.Close()
 		return nil, err
 	}
-	return &doorbell{conn: conn, table: table, addrs: map[uint64]*bellAddr{}}, nil
+	return &Bell{conn: conn, table: table, addrs: map[uint64]*bellAddr{}}, nil
 }
 
 // One unbound datagram socket per process sends every doorbell byte. It is
@@ -74,10 +78,10 @@ func senderFD() (int, error) {
 
 var one = []byte{1}
 
-// ring sends one byte to the agent whose nonce is given. Errors (the agent
+// Ring sends one byte to the agent whose nonce is given. Errors (the agent
 // is gone, its buffer is full) are ignored: a full buffer already holds a
 // wake-up, and a gone agent needs none.
-func (d *doorbell) ring(nonce uint64) {
+func (d *Bell) Ring(nonce uint64) {
 	if d.closed.Load() {
 		return
 	}
@@ -102,36 +106,40 @@ func (d *doorbell) ring(nonce uint64) {
 		unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&a.raw)), uintptr(a.len))
 }
 
-func (d *doorbell) close() {
+// Close closes the doorbell; the loop returns.
+func (d *Bell) Close() {
 	d.closed.Store(true)
 	d.conn.Close()
 }
 
-// bellLoop waits for doorbell bytes and scans on each, and every safetyScan.
-func (m *Manager) bellLoop() {
-	defer m.bg.Done()
+// Loops is the number of rounds the bell loop has done.
+func (d *Bell) Loops() uint64 { return d.loops.Load() }
+
+// Run is the bell loop: it waits for doorbell bytes and has h scan on each,
+// and every SafetyScan. It returns once the bell is closed.
+func (d *Bell) Run(h Host, _ *table.Agent) {
 	buf := make([]byte, 64)
 	for {
-		m.bell.conn.SetReadDeadline(time.Now().Add(safetyScan))
-		_, err := m.bell.conn.Read(buf)
-		if m.bell.closed.Load() {
+		d.conn.SetReadDeadline(time.Now().Add(SafetyScan))
+		_, err := d.conn.Read(buf)
+		if d.closed.Load() {
 			return
 		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			time.Sleep(time.Millisecond)
 		}
-		if !m.enter() {
+		if !h.Enter() {
 			return
 		}
 		// Guarded: a table file truncated under us must not SIGBUS the
 		// process from this background loop (TestTruncatedUnderUs).
 		if table.Guard(func() error {
-			m.scan(err != nil)
+			h.Scan(err != nil)
 			return nil
 		}) != nil {
-			m.noteFault()
+			h.NoteFault()
 		}
-		m.loops.Add(1)
-		m.leave()
+		d.loops.Add(1)
+		h.Leave()
 	}
 }
