@@ -2,7 +2,7 @@
 GO      ?= go
 TIMEOUT ?= 8m
 
-.PHONY: all build lib lang-build test-lang bench-lang run demo test test-suites test-vets nested-build fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd cross-386 prom etcd etcd-vet bench clean
+.PHONY: all build lib lang-build test-lang bench-lang run demo test test-suites test-vets release-check docs nested-build fmt vet race faults poll 386run 386 can386 cross cross-darwin cross-windows cross-freebsd cross-386 prom etcd etcd-vet bench clean
 
 all: build
 
@@ -80,11 +80,13 @@ test: fmt
 test-suites:
 	$(MAKE) --no-print-directory race
 	$(MAKE) --no-print-directory faults
+	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory poll
 	$(MAKE) --no-print-directory 386run
 	$(MAKE) --no-print-directory cross-386
 	$(MAKE) --no-print-directory prom
 	$(MAKE) --no-print-directory etcd
+	$(MAKE) --no-print-directory release-check
 
 test-vets:
 	$(MAKE) --no-print-directory vet
@@ -116,6 +118,12 @@ race:
 # skipFaultsUnderRace in manager/helpers_test.go).
 faults:
 	$(GO) test -count=1 -timeout $(TIMEOUT) -run '^(TestTruncatedUnderUs|TestTruncatedUnderUsOperations|TestLogCorrupt)$$' ./manager
+
+# Every command line of README.md and docs/cli.md that can run on a fresh
+# machine, run as written (TestDocsCommandLines), on the build without the
+# race detector (which skips it: its stress runs would take minutes).
+docs:
+	$(GO) test -count=1 -timeout $(TIMEOUT) -run '^TestDocsCommandLines$$' ./cmd/shmlocks
 
 poll:
 	$(GO) test -tags shmlocks_poll -short -count=1 -timeout $(TIMEOUT) ./...
@@ -152,8 +160,10 @@ cross-386:
 
 # The nested modules build against this checkout of the core module through
 # go.work (workspace mode: one module graph for the three, so etcd is built
-# with prom's newer Prometheus client, for example); GOWORK=off builds a
-# module alone, with its own go.mod, as a user of it gets it.
+# with prom's newer Prometheus client, for example; go.work replaces the
+# root's release version, which the nested go.mod files require, with ./).
+# Their go.mod files have no replace: make release-check builds them as a
+# user gets them.
 prom:
 	cd prom && $(GO) vet ./... && $(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
 
@@ -168,6 +178,14 @@ etcd:
 	cd etcd && $(GO) test $(ETCD_RACE) -count=1 -timeout $(TIMEOUT) ./...
 etcd-vet:
 	cd etcd && $(GO) vet ./...
+
+# The nested modules as a user requires them: a file-system module proxy
+# serving the working tree's three modules at the version etcd/go.mod and
+# prom/go.mod name for the root, and an outside module built and run
+# against it with GOWORK=off, GOFLAGS=-mod=mod and no replace
+# (.ci/release-check; docs/release.md says how a release is tagged).
+release-check:
+	GO=$(GO) bash .ci/release-check
 
 # The benchmarks of docs/benchmarks.md: medians of COUNT runs, ratios and the
 # issue targets; raw output and summary in bench-out/ (about 5 minutes).

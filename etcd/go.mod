@@ -3,7 +3,7 @@ module github.com/shmlocks/shmlocks/etcd
 go 1.26.0
 
 require (
-	github.com/shmlocks/shmlocks v0.0.0
+	github.com/shmlocks/shmlocks v0.1.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
@@ -68,5 +68,3 @@ require (
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace github.com/shmlocks/shmlocks => ../

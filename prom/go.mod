@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
-	github.com/shmlocks/shmlocks v0.0.0
+	github.com/shmlocks/shmlocks v0.1.0
 	github.com/stretchr/testify v1.12.1
 )
 
@@ -21,5 +21,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/shmlocks/shmlocks => ../

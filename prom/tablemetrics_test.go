@@ -2,10 +2,14 @@ package prom
 
 import (
 	"bytes"
+	"encoding/base64"
 	"path/filepath"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -70,8 +74,8 @@ func TestTableMetricsParse(t *testing.T) {
 	require.Equal(t, 2.0, value(t, fams, "shmlocks_lock_holders", "name", "y", "mode", "shared"))
 	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_waiting", "name", "x", "mode", "shared"))
 	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_holders", "name", "q\"uote\\back\nline", "mode", "exclusive"))
-	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_holders", "name", `bad\xffutf8`, "mode", "exclusive"))
-	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_holders", "name", `bad\xfeutf8`, "mode", "exclusive"))
+	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_holders", "name", "bad\uFFFDutf8", "name_base64", "YmFk/3V0Zjg=", "mode", "exclusive"))
+	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_holders", "name", "bad\uFFFDutf8", "name_base64", "YmFk/nV0Zjg=", "mode", "exclusive"))
 	require.Equal(t, 1.0, value(t, fams, "shmlocks_lock_holders", "name", "日本", "mode", "exclusive"))
 	require.Len(t, fams["shmlocks_lock_longest_wait_seconds"].Metric, 1, "only x has waiters")
 
@@ -123,4 +127,82 @@ func TestTableMetricsLongestHoldUncontended(t *testing.T) {
 		require.GreaterOrEqual(t, v, at.Sub(after).Seconds(), n)
 		require.LessOrEqual(t, v, at.Sub(before).Seconds()+1, n)
 	}
+}
+
+// Metrics are lint-clean and lossless on a table with odd names: the
+// names that differ (an invalid byte, the four characters \xff, U+FFFD,
+// quotes, a newline, a backslash) stay different series, in the
+// exposition of shmlocks serve (Prometheus's own parser, then its linter)
+// and in the Collector (client_golang's testutil.CollectAndLint).
+func TestMetricsLintCleanAndLossless(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "odd.tbl")
+	m := open(t, path, true)
+	ctx := ctxT(t)
+	odd := []string{"a\xff", `a\xff`, "a\uFFFD", "a\xfe", "q\"uote", "new\nline", `back\slash`, "日本", "a"}
+	for _, n := range odd {
+		_, err := m.Acquire(ctx, n, manager.RequestOptions{})
+		require.NoError(t, err, "%q", n)
+	}
+	ro, err := table.OpenReadOnly(path)
+	require.NoError(t, err)
+	defer ro.Close()
+	st, err := tablemetrics.Gather(ro, time.Now())
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, tablemetrics.Write(&buf, &st, time.Millisecond, tablemetrics.Options{Names: true}))
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err, "exposition:\n%s", buf.String())
+	var list []*dto.MetricFamily
+	for _, f := range fams {
+		list = append(list, f)
+	}
+	problems, err := promlint.NewWithMetricFamilies(list).Lint()
+	require.NoError(t, err)
+	require.Empty(t, problems, "exposition:\n%s", buf.String())
+	holders := fams["shmlocks_lock_holders"]
+	require.Len(t, holders.Metric, len(odd), "one series per name:\n%s", buf.String())
+	seen := map[string]bool{}
+	for _, mt := range holders.Metric {
+		var name, b64 string
+		for _, lp := range mt.Label {
+			switch lp.GetName() {
+			case "name":
+				name = lp.GetValue()
+			case "name_base64":
+				b64 = lp.GetValue()
+			}
+		}
+		exact := name
+		if b64 != "" {
+			raw, err := base64.StdEncoding.DecodeString(b64)
+			require.NoError(t, err)
+			exact = string(raw)
+		}
+		require.False(t, seen[exact], "%q twice", exact)
+		seen[exact] = true
+	}
+	for _, n := range odd {
+		require.True(t, seen[n], "%q has its series, exactly", n)
+	}
+
+	// The Collector: its allow-list is valid UTF-8 (a label value must
+	// be); every odd valid name is its own series, lint-clean.
+	var valid []string
+	for _, n := range odd {
+		if utf8.ValidString(n) {
+			valid = append(valid, n)
+		}
+	}
+	c, err := NewCollector(m, &Options{Names: valid})
+	require.NoError(t, err)
+	problems, err = testutil.CollectAndLint(c)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	f := gather(t, c)
+	for _, n := range valid {
+		require.Equal(t, 1.0, value(t, f, "shmlocks_lock_holders", "name", n, "mode", "exclusive"), "%q", n)
+	}
+	_, err = NewCollector(m, &Options{Names: []string{"a\xff"}})
+	require.ErrorIs(t, err, manager.ErrNotSupported)
 }

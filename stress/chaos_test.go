@@ -37,6 +37,7 @@ func runChaos(t *testing.T, cfg Config) *Report {
 		t.Logf("%s: %d processes, %d requests, %d grants, %d kills (children %d, stale %d, led %d, followed %d)",
 			f, fr.Processes, fr.Requests, fr.Grants, fr.Kills, fr.Children, fr.Stale, fr.Led, fr.Followed)
 	}
+	requireSums(t, rep)
 	require.Zero(t, rep.Violations, "violations %v: %q (table kept: %v at %s)\nend of the workers' stderr:\n%s",
 		rep.ViolationsByKind, rep.ViolationMessages, rep.TableKept, rep.Table, lastBytes(stderr.String(), 2048))
 	// Each feature's max/min compares its own positions: together they

@@ -200,19 +200,14 @@ func (q *Request) Granted(token uint64) Grant {
 	q.publish(now)
 	c.checkOccupancy(q)
 
+	// The per-name counts of the checkers; the report's counts are the
+	// workers' (Region.countGrant).
 	switch {
 	case q.flags&recStale != 0: // not counted: it makes no section
 	case q.mode == modeExclusive:
 		atomic.AddUint64(r.nu64(n, nmGrantsX), 1)
-		if !r.isFlight(n) {
-			r.addStat(c.slot, slExclusive, 1)
-		}
 	default:
 		atomic.AddUint64(r.nu64(n, nmSharedGrant), 1)
-		r.addStat(c.slot, slShared, 1)
-	}
-	if q.steal {
-		r.addStat(c.slot, slSteals, 1)
 	}
 	if r.isFlight(n) || q.flags&(recExec|recStale) != 0 {
 		return res

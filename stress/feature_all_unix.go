@@ -55,9 +55,8 @@ func runAll(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Chec
 				return
 			}
 			granted = true
-			r.addStat(slot, slGranted, 1)
+			r.countGrant(slot, g, d.mode)
 			r.addStat(slot, slSets, 1)
-			r.addGrant(slot, g)
 			// The locks come in byte order of their names.
 			for _, l := range locks {
 				k := slices.Index(names, l.Name())
@@ -98,7 +97,7 @@ func runAll(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Chec
 		r.addStat(slot, slOps, 1)
 		// A stolen set: which name was stolen is not said, so the steal is
 		// not looked for (its stealer checked its own grant).
-		if !outcome(r, slot, st, granted, err, "AcquireAll", nil) {
+		if !outcome(r, slot, g, d.mode, st, granted, err, "AcquireAll", nil) {
 			break
 		}
 	}

@@ -82,8 +82,7 @@ func runChild(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Ch
 				return manager.ErrNotAvailable
 			}
 			granted = true
-			r.addStat(slot, slGranted, 1)
-			r.addGrant(slot, g)
+			r.countGrant(slot, g, d.mode)
 			q.Granted(l.Token())
 			q.Enter()
 			holdFor(h0)
@@ -96,7 +95,7 @@ func runChild(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Ch
 		q.End()
 		cancel()
 		r.addStat(slot, slOps, 1)
-		if !outcome(r, slot, st, granted, err, "request", q.LostAtRelease) {
+		if !outcome(r, slot, g, d.mode, st, granted, err, "request", q.LostAtRelease) {
 			break
 		}
 		if plan.stale && fnCtx != nil {

@@ -138,7 +138,7 @@ func runCoalesce(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c 
 		r.addStat(slot, slOps, 1)
 		switch {
 		case err == nil:
-			r.addStat(slot, slGranted, 1)
+			r.countGrant(slot, g, modeExclusive) // a result of the flight, run under its exclusive lock
 			if shared {
 				r.addStat(slot, slFollowed, 1)
 			}
@@ -148,7 +148,7 @@ func runCoalesce(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c 
 		case errors.Is(err, manager.ErrAborted):
 			r.addStat(slot, slAborted, 1)
 		case strings.Contains(err.Error(), "stress flight "):
-			r.addStat(slot, slGranted, 1)
+			r.countGrant(slot, g, modeExclusive) // a result of the flight, run under its exclusive lock
 			if shared {
 				r.addStat(slot, slFollowed, 1)
 			}

@@ -42,6 +42,11 @@ import (
 
 const execConflict = 75 // -E: not available or timed out
 
+// execLost is shmlocks exec's status when its lock was stolen, whatever the
+// command did (docs/cli.md); "COMMAND not run" on its stderr when the steal
+// came before the command started.
+const execLost = 76
+
 // execCommand is what an exec command needs (in its WorkerEnv).
 type execCommand struct {
 	Rec      int           `json:"rec"`
@@ -151,13 +156,16 @@ func runExec(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c *Che
 			r.addStat(slot, slTimedOut, 1)
 		case ws.Signaled() && ws.Signal() == syscall.SIGKILL && (killed == execKillWrapper || killed == execKillGroup):
 		case ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGKILL) && (killed == execKillCommand || killed == execKillGroup):
-		case ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGTERM):
+		case ws.Exited() && ws.ExitStatus() == execLost && strings.Contains(errOut.String(), "COMMAND not run"):
+			// Granted, then stolen before the wrapper saw its grant: the
+			// command did not run.
+			r.countGrant(slot, g, d.mode)
+			r.addStat(slot, slStolen, 1)
+		case ws.Exited() && ws.ExitStatus() == execLost:
 			// Stolen while the command ran (it checked in: granted): the
 			// wrapper sent it SIGTERM.
 			r.addStat(slot, slStolen, 1)
 			r.addStat(slot, slLostRel, 1)
-		case ws.Exited() && ws.ExitStatus() == 1 && strings.Contains(errOut.String(), "stolen"):
-			r.addStat(slot, slStolen, 1) // stolen before the wrapper saw its grant: the command did not run
 		default:
 			r.addStat(slot, slErrors, 1)
 			st.addErr(fmt.Sprintf("exec wrapper for %s: %v: %q", nameOf(d.name), cmd.ProcessState, errOut.String()))
@@ -233,9 +241,8 @@ func execCommandMain(wc *workerConfig, stderr io.Writer) int {
 	off := r.recOff(wc.Slot, x.Rec)
 	atomic.StoreUint64(r.u64(off+rcSeq), x.Seq)
 	q.Granted(token)
-	r.addStat(wc.Slot, slGranted, 1)
+	r.countGrant(wc.Slot, q.g, x.Mode)
 	r.addStat(wc.Slot, slExecRuns, 1)
-	r.addGrant(wc.Slot, q.g)
 	q.Enter()
 	ctl := r.u64(off + rcCtl)
 	for end := time.Now().Add(x.Hold); time.Now().Before(end); time.Sleep(time.Millisecond) {

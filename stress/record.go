@@ -14,6 +14,23 @@ func (r *Region) rec(g, k int) int { return g*r.perG + k }
 // addGrant counts a grant to goroutine g of slot s.
 func (r *Region) addGrant(s, g int) { atomic.AddUint64(r.u64(r.recOff(s, r.rec(g, 0))+rcGrants), 1) }
 
+// countGrant counts one grant to goroutine g of slot s, in mode (stolen
+// before it was seen or not): the one place where a grant is counted, so
+// that the report's grants are exclusive + shared (results_unix.go). One
+// atomic add per count: a worker killed between two of them leaves the
+// sums of the report exact (the per-goroutine count is then one short).
+func (r *Region) countGrant(s, g int, mode uint32) {
+	if mode == modeShared {
+		r.addStat(s, slShared, 1)
+	} else {
+		r.addStat(s, slExclusive, 1)
+	}
+	r.addGrant(s, g)
+}
+
+// granted returns the grants counted in slot s (countGrant).
+func (r *Region) granted(s int) uint64 { return r.stat(s, slExclusive) + r.stat(s, slShared) }
+
 // grants returns the grants goroutine g of slot s obtained.
 func (r *Region) grants(s, g int) uint64 {
 	return atomic.LoadUint64(r.u64(r.recOff(s, r.rec(g, 0)) + rcGrants))

@@ -80,13 +80,13 @@ const (
 	slState     = 8   // uint32: slotUnused, slotRunning, slotKilled, slotExited, slotFailed
 	slPosition  = 12  // uint32: which of the --procs positions the worker fills
 	slOps       = 16  // uint64: requests made
-	slGranted   = 24  // uint64: grants, counted when granted
+	_           = 24  // uint64: unused (was grants; now slExclusive + slShared)
 	slNotAvail  = 32  // uint64
 	slTimedOut  = 40  // uint64
 	slStolen    = 48  // uint64: requests whose grant a steal took away (before or at release)
 	slErrors    = 56  // uint64
 	slSteals    = 64  // uint64: grants obtained by stealing
-	slExclusive = 72  // uint64: exclusive grants
+	slExclusive = 72  // uint64: exclusive grants (Region.countGrant: stolen ones included)
 	slShared    = 80  // uint64: shared grants
 	slFIFOSamp  = 88  // uint64: FIFO samples taken
 	slFIFOOver  = 96  // uint64: apparent overtakes

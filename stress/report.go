@@ -59,12 +59,16 @@ func percentiles(h *hdrhistogram.Histogram) Percentiles {
 // one outcome, and they add up to Report.Ops. Requests withdrawn when the
 // run ended, and those in progress in a worker when --chaos killed it, did
 // not end and are in no count.
+//
+// The sums, exact in every run (TestReportSums): Ops = Granted + Stolen +
+// NotAvailable + TimedOut + Errors; Report.Grants = ExclusiveGrants +
+// SharedGrants = Granted + Stolen + ReleaseErrors.
 type Outcomes struct {
 	Granted      int64 `json:"granted"`      // granted and released (or held when its worker was killed)
-	Stolen       int64 `json:"stolen"`       // granted, then taken away by a steal before its release
+	Stolen       int64 `json:"stolen"`       // granted, then taken away by a steal (before the requester saw the grant, or before its release)
 	NotAvailable int64 `json:"notAvailable"` // IfAvailable, and not available
 	TimedOut     int64 `json:"timedOut"`     // its deadline passed while it waited
-	Errors       int64 `json:"errors"`       // the request or its release failed (a violation)
+	Errors       int64 `json:"errors"`       // the request or its release failed (a violation); ReleaseErrors of them after a grant
 }
 
 // Fairness compares the requests completed by each process position, and
@@ -171,10 +175,11 @@ type Report struct {
 	OpsPerSec         float64                  `json:"opsPerSec"`
 	Outcomes          Outcomes                 `json:"outcomes"`
 	OutcomesPerSec    map[string]float64       `json:"outcomesPerSec"`
-	Grants            int64                    `json:"grants"` // every grant, those later stolen included
-	Steals            int64                    `json:"steals"` // grants obtained by stealing (a steal of a free lock takes nothing; one of a shared lock may take several)
-	ExclusiveGrants   int64                    `json:"exclusiveGrants"`
+	Grants            int64                    `json:"grants"`          // every grant: ExclusiveGrants + SharedGrants = Outcomes.Granted + Outcomes.Stolen + ReleaseErrors
+	ExclusiveGrants   int64                    `json:"exclusiveGrants"` // grants in exclusive mode (a Coalesce result counts as one: its flight ran under an exclusive lock)
 	SharedGrants      int64                    `json:"sharedGrants"`
+	ReleaseErrors     int64                    `json:"releaseErrors"` // grants whose release failed (in Outcomes.Errors)
+	Steals            int64                    `json:"steals"`        // of Grants, those obtained by stealing (a steal of a free lock takes nothing; one of a shared lock may take several)
 	Violations        int                      `json:"violations"`
 	ViolationMessages []string                 `json:"violationMessages"`
 	Errors            []string                 `json:"errorMessages"`
@@ -196,13 +201,18 @@ func (r *Report) OK() bool { return r.Violations == 0 }
 
 // reportLegend says what the counters of the text report count.
 const reportLegend = `
-Each request has one outcome; requests withdrawn when the run ended, and
-those in progress in a worker when --chaos killed it, are not counted.
-"granted, then stolen" are requests whose grant a steal (by stealing) took
-away: a steal of a free lock takes nothing, one of a shared lock may take
-several holders. "reap" times, for each kill of a worker that held an
-exclusive lock, the kill to the next grant of its name; its count is the
-kills so timed, of all the processes killed.
+Each request has one outcome: requests = granted and released + granted,
+then stolen + not available + timed out + errors. Requests withdrawn when
+the run ended, and those in progress in a worker when --chaos killed it,
+are not counted. Each grant is counted once: grants = exclusive + shared =
+granted and released + granted, then stolen + release errors (of the
+errors). "granted, then stolen" are grants a steal (by stealing) took
+away, before or after the requester saw them: a steal of a free lock
+takes nothing, one of a shared lock may take several holders. A Coalesce
+result counts as an exclusive grant (its flight's lock). "reap" times, for
+each kill of a worker that held an exclusive lock, the kill to the next
+grant of its name; its count is the kills so timed, of all the processes
+killed.
 `
 
 // WriteText prints reports side by side, one column per backend.
@@ -249,11 +259,12 @@ func WriteText(w io.Writer, reps []*Report) error {
 	row("  not available", func(r *Report) string { return i64(r.Outcomes.NotAvailable) })
 	row("  timed out", func(r *Report) string { return i64(r.Outcomes.TimedOut) })
 	row("  errors", func(r *Report) string { return i64(r.Outcomes.Errors) })
+	row("    of them release errors", func(r *Report) string { return i64(r.ReleaseErrors) })
 	row("requests/s", func(r *Report) string { return f0(r.OpsPerSec) })
-	row("grants (stolen ones included)", func(r *Report) string { return i64(r.Grants) })
+	row("grants (by mode below)", func(r *Report) string { return i64(r.Grants) })
 	row("  exclusive", func(r *Report) string { return i64(r.ExclusiveGrants) })
 	row("  shared", func(r *Report) string { return i64(r.SharedGrants) })
-	row("  by stealing", func(r *Report) string { return i64(r.Steals) })
+	row("of the grants, by stealing", func(r *Report) string { return i64(r.Steals) })
 	row("grants/s", func(r *Report) string { return f0(float64(r.Grants) / math.Max(r.Seconds, 1e-9)) })
 	row("processes killed (--chaos)", func(r *Report) string { return fmt.Sprint(r.Kills) })
 	row("fairness max/min", func(r *Report) string {

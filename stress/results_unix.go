@@ -41,18 +41,20 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 	for _, w := range all {
 		sl := w.slot
 		st := func(f int) int64 { return int64(r.stat(sl, f)) }
-		// Each request has one outcome: a grant found stolen at its
-		// release (or whose release failed) counts as stolen (an error),
-		// not as granted.
-		rep.Grants += st(slGranted)
-		rep.Outcomes.Granted += st(slGranted) - st(slLostRel) - st(slRelErrors)
+		// Each count is defined once (Report): a grant is counted once,
+		// by mode (Region.countGrant), and each request has one outcome:
+		// a grant stolen (before it was seen or at its release) counts as
+		// stolen, one whose release failed as an error, the others as
+		// granted. So grants = exclusive + shared = granted + stolen +
+		// release errors, whatever the kills.
+		rep.ExclusiveGrants += st(slExclusive)
+		rep.SharedGrants += st(slShared)
+		rep.ReleaseErrors += st(slRelErrors)
 		rep.Outcomes.NotAvailable += st(slNotAvail)
 		rep.Outcomes.TimedOut += st(slTimedOut)
 		rep.Outcomes.Stolen += st(slStolen)
 		rep.Outcomes.Errors += st(slErrors)
 		rep.Steals += st(slSteals)
-		rep.ExclusiveGrants += st(slExclusive)
-		rep.SharedGrants += st(slShared)
 		samples += st(slFIFOSamp)
 		overtaken += st(slFIFOOver)
 		perPos[w.pos] += st(slOps)
@@ -60,6 +62,8 @@ func (s *supervisor) report(elapsed time.Duration, all []*worker) *Report {
 			perG[w.pos][g] += int64(r.grants(sl, g))
 		}
 	}
+	rep.Grants = rep.ExclusiveGrants + rep.SharedGrants
+	rep.Outcomes.Granted = rep.Grants - rep.Outcomes.Stolen - rep.ReleaseErrors
 	// Requests are counted by their outcomes, so that they add up even
 	// when a worker was killed between two of its counters.
 	o := rep.Outcomes
@@ -259,15 +263,15 @@ func (s *supervisor) featureReport(rep *Report, all []*worker) {
 		fr.Requests += st(slOps)
 		switch f {
 		case FeaturePlain:
-			fr.Grants += st(slGranted)
+			fr.Grants += int64(r.granted(w.slot))
 		case FeatureExec:
 			fr.Grants += st(slExecRuns)
 		case FeatureChild:
-			fr.Grants += st(slGranted)
+			fr.Grants += int64(r.granted(w.slot))
 			fr.Children += st(slChild)
 			fr.Stale += st(slStale)
 		case FeatureCoalesce:
-			fr.Grants += st(slGranted)
+			fr.Grants += int64(r.granted(w.slot))
 			fr.Led += st(slLed)
 			fr.Followed += st(slFollowed)
 		case FeatureAll:

@@ -57,13 +57,16 @@ func managerMode(m uint32) manager.Mode {
 }
 
 // outcome counts how a request that was not granted ended, or how a grant
-// (granted: slGranted was counted) ended badly, so that each request has
+// (granted: Region.countGrant counted it) ended badly, so that each request has
 // one outcome (results_unix.go); it returns false when the run is over
 // (the request was aborted by the end of the run).
-func outcome(r *Region, slot int, st *gstats, granted bool, err error, what string, lost func()) bool {
+func outcome(r *Region, slot, g int, mode uint32, st *gstats, granted bool, err error, what string, lost func()) bool {
 	switch {
 	case err == nil:
 	case errors.Is(err, manager.ErrStolen):
+		if !granted { // granted, then stolen before fn saw it: a grant all the same
+			r.countGrant(slot, g, mode)
+		}
 		r.addStat(slot, slStolen, 1)
 		if granted {
 			r.addStat(slot, slLostRel, 1)

@@ -78,9 +78,7 @@ func runShmlocks(t *testing.T, handOver bool, fairness string) {
 	}
 	require.LessOrEqual(t, sum, rep.Grants)
 	require.GreaterOrEqual(t, sum, rep.Grants-int64(rep.Kills))
-	o := rep.Outcomes
-	require.Equal(t, rep.Ops, o.Granted+o.Stolen+o.NotAvailable+o.TimedOut+o.Errors, "one outcome per request")
-	require.LessOrEqual(t, o.Granted, rep.Grants)
+	requireSums(t, rep)
 	require.False(t, rep.TableKept)
 	_, err = os.Stat(rep.Table)
 	require.ErrorIs(t, err, os.ErrNotExist, "the temporary table is removed")
@@ -146,4 +144,17 @@ func TestGoroutineFairnessSummary(t *testing.T) {
 	require.Zero(t, f.Ratio, "a starved goroutine: no finite ratio")
 	f = newGoroutineFairness([][]int64{{3, 4}, {2}})
 	require.Equal(t, 2.0, f.Ratio)
+}
+
+// requireSums checks the sums the report promises (Outcomes): one outcome
+// per request, one count per grant, by mode and by how it ended.
+func requireSums(t *testing.T, rep *Report) {
+	t.Helper()
+	o := rep.Outcomes
+	require.Equal(t, rep.Ops, o.Granted+o.Stolen+o.NotAvailable+o.TimedOut+o.Errors, "one outcome per request: %+v", o)
+	require.Equal(t, rep.Grants, rep.ExclusiveGrants+rep.SharedGrants, "grants by mode")
+	require.Equal(t, rep.Grants, o.Granted+o.Stolen+rep.ReleaseErrors, "grants by how they ended: %+v", o)
+	require.GreaterOrEqual(t, o.Granted, int64(0))
+	require.LessOrEqual(t, rep.Steals, rep.Grants)
+	require.LessOrEqual(t, rep.ReleaseErrors, o.Errors)
 }

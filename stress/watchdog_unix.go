@@ -35,7 +35,7 @@ func (s *supervisor) watchdog(ctx context.Context) {
 		if gap := int64(s.cfg.MaxGrantGap); gap > 0 && !r.Stopped() {
 			var granted uint64
 			for sl := 0; sl < nSlots; sl++ {
-				granted += s.r.stat(sl, slGranted)
+				granted += s.r.granted(sl)
 			}
 			if now := mono(); granted != lastGranted {
 				lastGranted, lastGrant = granted, now

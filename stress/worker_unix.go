@@ -314,8 +314,10 @@ func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c
 		r.addStat(slot, slOps, 1)
 		switch {
 		case err == nil:
-			r.addStat(slot, slGranted, 1)
-			r.addGrant(slot, g)
+			r.countGrant(slot, g, mode)
+			if steal {
+				r.addStat(slot, slSteals, 1)
+			}
 			gr := q.Granted(token)
 			if mode == modeExclusive {
 				st.record(histWaitExclusive, waited)
@@ -347,7 +349,11 @@ func runGoroutine(ctx context.Context, wc *workerConfig, hold Hold, r *Region, c
 			r.addStat(slot, slNotAvail, 1)
 		case errors.Is(err, errTimedOut):
 			r.addStat(slot, slTimedOut, 1)
-		case errors.Is(err, errStolenEarly):
+		case errors.Is(err, errStolenEarly): // granted (counted first), then stolen before it was seen
+			r.countGrant(slot, g, mode)
+			if steal {
+				r.addStat(slot, slSteals, 1)
+			}
 			r.addStat(slot, slStolen, 1)
 			q.StolenBeforeSeen()
 		default:

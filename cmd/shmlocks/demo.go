@@ -47,16 +47,21 @@ unless --table is given; it does not use the default table location.`,
 	if path == "" {
 		dir, err := os.MkdirTemp("", "shmlocks-demo-")
 		if err != nil {
-			fmt.Fprintln(stderr, "shmlocks demo:", err)
-			return exitFailure
+			return failf(stderr, "demo", exitOSErr, "%v", err)
 		}
 		defer os.RemoveAll(dir)
 		path = filepath.Join(dir, "demo.tbl")
 	}
+	// The table is opened here first, so that a table that cannot be
+	// used gives its exit status (exitcode.go), not the workers' failure.
+	m, err := manager.Open(path, nil)
+	if err != nil {
+		return tableFail(stderr, "demo", path, err, exitNoTable)
+	}
+	defer m.Close()
 	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintln(stderr, "shmlocks demo:", err)
-		return exitFailure
+		return failf(stderr, "demo", exitOSErr, "%v", err)
 	}
 	fmt.Fprintf(stdout, "table %s: %d processes x %d rounds on names a, b (exclusive) and c (shared)\n", path, *procs, *rounds)
 	var cmds []*exec.Cmd
@@ -65,15 +70,14 @@ unless --table is given; it does not use the default table location.`,
 		cmd.Env = append(os.Environ(), envDemoWorker+"="+strconv.Itoa(i))
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 		if err := cmd.Start(); err != nil {
-			fmt.Fprintln(stderr, "shmlocks demo:", err)
-			return exitFailure
+			return failf(stderr, "demo", exitOSErr, "%v", err)
 		}
 		cmds = append(cmds, cmd)
 	}
 	status := exitOK
 	for _, c := range cmds {
 		if err := c.Wait(); err != nil {
-			status = exitFailure
+			status = exitOSErr // a worker failed (its error is on stderr)
 		}
 	}
 	return status

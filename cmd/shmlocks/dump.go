@@ -61,9 +61,10 @@ reaps dead agents), runs the table's consistency checker with every bucket
 latched, validates the coalesce package's outcome files beside the table
 (PATH.coalesce/), prints what it finds and closes again.
 
-Exit status: 0 ok; 1 missing or unreadable table, or --check found
-violations or a wait-for cycle; 64 usage error; 65 corrupt table (the
-message names the field).
+Exit status: 0 ok; 1 --check found violations or a wait-for cycle; 64
+usage error; 65 not a lock table this build reads (the message names the
+field, or the format version); 66 the table cannot be opened (missing,
+not a regular file, permission, unsafe location); 71 internal error.
 
 %s`
 
@@ -74,13 +75,17 @@ const dumpExamples = `  shmlocks dump
   shmlocks dump --watch --interval 500ms
   shmlocks dump --check`
 
+// minInterval is the shortest --interval: a shorter one would spin.
+const minInterval = 10 * time.Millisecond
+
 func runDump(args []string, stdout, stderr io.Writer) int {
 	f := newFlags("dump", "shmlocks dump [--table PATH] [--json] [--watch [--interval DUR] | --check]",
 		fmt.Sprintf(dumpAbout, tableHelp()), dumpExamples, stdout, stderr)
 	tbl := f.String("table", "", "table file (default: see 'Table location')")
 	asJSON := f.Bool("json", false, "print the dump as one JSON document (with --watch: one per line and refresh)")
 	watch := f.Bool("watch", false, "on a terminal: a top-like live view (keys: q quits, w/h/n sort); otherwise: the dump again every --interval; until interrupted (Ctrl-C)")
-	interval := f.Duration("interval", time.Second, "refresh interval of --watch")
+	interval := new(time.Duration)
+	f.Var(newDuration(interval, time.Second), "interval", "refresh interval of --watch: seconds (2, 0.5) or a duration (500ms), at least 10ms")
 	check := f.Bool("check", false, "open read-write, run the consistency checker, exit 1 on any violation")
 	if code, ok := f.parse(args); !ok {
 		return code
@@ -91,28 +96,20 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	if *check && (*watch || *asJSON) {
 		return f.usageError("--check does not combine with --watch or --json")
 	}
-	if *interval <= 0 {
-		return f.usageError("--interval must be positive")
+	if *interval < minInterval {
+		return f.usageError("--interval %v is below the minimum of %v", *interval, minInterval)
 	}
 	path := *tbl
 	if path == "" {
 		path = defaultTablePath()
 	}
-	fail := func(code int, format string, args ...any) int {
-		fmt.Fprintf(stderr, "shmlocks dump: %s\n", fmt.Sprintf(format, args...))
-		return code
-	}
+	fail := func(code int, format string, args ...any) int { return failf(stderr, "dump", code, format, args...) }
+	// Every error of opening or reading the table: 65 not a table, 66
+	// cannot open (missing, not a regular file, permission, unsafe), 71
+	// anything else (exitcode.go).
+	openErr := func(err error) int { return tableFail(stderr, "dump", path, err, exitNoTable) }
 	if _, err := os.Stat(path); err != nil && !*watch {
-		if errors.Is(err, fs.ErrNotExist) {
-			return fail(exitFailure, "no table at %s (see 'shmlocks dump --help' for the default location)", path)
-		}
-		return fail(exitFailure, "%v", err)
-	}
-	openErr := func(err error) int {
-		if errors.Is(err, table.ErrCorrupt) {
-			return fail(exitCorrupt, "%s is not a valid lock table: %v", path, err)
-		}
-		return fail(exitFailure, "%s: %v", path, err)
+		return openErr(err)
 	}
 	if *check {
 		return dumpCheck(path, stdout, stderr, openErr)
@@ -142,7 +139,7 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		}
 		var buf bytes.Buffer
 		if err := show(&buf, st); err != nil {
-			return fail(exitFailure, "%v", err)
+			return fail(exitOSErr, "%v", err)
 		}
 		stdout.Write(buf.Bytes())
 		return exitOK
@@ -184,10 +181,10 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 				buf.WriteString("\n")
 			}
 			if err := show(&buf, st); err != nil {
-				return fail(exitFailure, "%v", err)
+				return fail(exitOSErr, "%v", err)
 			}
 			if _, err := stdout.Write(buf.Bytes()); err != nil {
-				return fail(exitFailure, "%v", err)
+				return fail(exitOSErr, "%v", err)
 			}
 		}
 		select {
@@ -218,10 +215,29 @@ func dumpCheck(path string, stdout, stderr io.Writer, openErr func(error) int) i
 	u := t.Usage()
 	// Our own agent is counted in Usage; report the others.
 	fmt.Fprintf(stdout, "%s: consistent (%d other agents, %d held, %d waiting)\n", path, u.Agents-1, u.Held, u.Waiting)
+	// Agents whose recorded process is gone but whose co-owners (the
+	// process group of a shmlocks exec command) hold their locks: not a
+	// violation, but the PID recorded for them names nobody.
+	for _, ag := range t.Agents() {
+		if ag.OtherPidNS || !ag.Live() {
+			continue
+		}
+		h := agentHolder(&ag)
+		switch {
+		case h.ProcessAlive:
+		case h.GroupAlive:
+			fmt.Fprintf(stdout, "agent %d (client %s): its process %d (a shmlocks exec wrapper) is gone; its command's process group %d holds its locks (pid %d: %s)\n",
+				ag.Index, inspect.ClientID(ag.Nonce), ag.PID, h.Group, h.HolderPID, commandOrUnknown(h.HolderCommand))
+		default:
+			fmt.Fprintf(stdout, "agent %d (client %s): its process %d is gone; a process holding its keep-alive descriptor (shmlocks exec's command, or one it started) holds its locks\n",
+				ag.Index, inspect.ClientID(ag.Nonce), ag.PID)
+		}
+	}
 	g, cycles, err := confirmedCycles(t, a)
 	if err != nil {
-		fmt.Fprintf(stderr, "shmlocks dump --check: %s: %v\n", path, err)
-		return exitFailure
+		code, msg := tableFailure(path, err, exitOSErr)
+		fmt.Fprintf(stderr, "shmlocks dump --check: %s\n", msg)
+		return code
 	}
 	renderWaits(stdout, g, cycles)
 	if len(cycles) > 0 {
@@ -229,4 +245,12 @@ func dumpCheck(path string, stdout, stderr io.Writer, openErr func(error) int) i
 		return exitFailure
 	}
 	return exitOK
+}
+
+// commandOrUnknown is c, or "command unknown".
+func commandOrUnknown(c string) string {
+	if c == "" {
+		return "command unknown"
+	}
+	return c
 }

@@ -92,11 +92,14 @@ func TestDumpLive(t *testing.T) {
 	// Every holder has its hold time, the ones granted at once included,
 	// and its command; client ids are right-aligned (TestRenderDumpGolden).
 	age := `(\d+(\.\d+)?(µs|ms|s)|\d+m\d+s)`
-	require.Regexp(t, `"jobs"\s+held\s+exclusive\s+\d+\s+`+pid+`\s+`+regexp.QuoteMeta(comm)+`\s+`+age+`\s+`+holder.ClientID()+`\n`, out)
-	require.Regexp(t, `\s+waiting\s+shared\s+-\s+`+pid+`\s+`+regexp.QuoteMeta(comm)+`\s+`+age+`\s+`+waiter.ClientID()+`\n`, out)
-	require.Regexp(t, `"config"\s+held\s+shared\s+\d+\s+`+pid+`\s+`+regexp.QuoteMeta(comm)+`\s+`+age+`\s+`+holder.ClientID()+`\n`, out)
+	// COMMAND: the command line, its program's base name first; WRAPPER
+	// "-": no shmlocks exec.
+	cmdline := regexp.QuoteMeta(comm) + `[^\n]*?\s+-`
+	require.Regexp(t, `"jobs"\s+held\s+exclusive\s+\d+\s+`+pid+`\s+`+cmdline+`\s+`+age+`\s+`+holder.ClientID()+`\n`, out)
+	require.Regexp(t, `\s+waiting\s+shared\s+-\s+`+pid+`\s+`+cmdline+`\s+`+age+`\s+`+waiter.ClientID()+`\n`, out)
+	require.Regexp(t, `"config"\s+held\s+shared\s+\d+\s+`+pid+`\s+`+cmdline+`\s+`+age+`\s+`+holder.ClientID()+`\n`, out)
 	require.Regexp(t, `usage\s+names 2/\d+, requests 3/\d+ \(held 2, waiting 1\), agents 2/\d+`, out)
-	require.Regexp(t, `\d+\s+`+pid+`\s+alive\s+`+regexp.QuoteMeta(comm)+`\s+2\s+0\s+.* ago\s+`+holder.ClientID()+`\n`, out)
+	require.Regexp(t, `\d+\s+`+pid+`\s+alive\s+`+regexp.QuoteMeta(comm)+`[^\n]*?\s+-\s+2\s+0\s+.* ago\s+`+holder.ClientID()+`\n`, out)
 	require.Regexp(t, `\nfairness\s+fifo \(strict arrival order\)\n`, out)
 }
 
@@ -151,14 +154,16 @@ func TestDumpJSONShape(t *testing.T) {
 	require.Len(t, doc.Held, 2)
 	require.Len(t, doc.Pending, 1)
 	for _, h := range doc.Held {
-		require.ElementsMatch(t, []string{"name", "mode", "clientId", "pid", "token", "heldSeconds", "steal", "dead", "command"}, mapKeys(h))
+		require.ElementsMatch(t, []string{"name", "mode", "clientId", "pid", "token", "heldSeconds", "steal", "dead", "process", "holderPid", "command"}, mapKeys(h))
 		require.Greater(t, h["heldSeconds"].(float64), 0.0, "every hold has its time: %v", h)
 		require.Greater(t, h["token"].(float64), 0.0)
-		require.Equal(t, procCommand(os.Getpid()), h["command"])
+		require.Equal(t, procCmdline(os.Getpid()), h["command"])
+		require.Equal(t, "alive", h["process"])
+		require.EqualValues(t, os.Getpid(), h["holderPid"])
 		require.Equal(t, false, h["dead"])
 	}
 	p := doc.Pending[0]
-	require.ElementsMatch(t, []string{"name", "mode", "clientId", "pid", "waitingSeconds", "dead", "command"}, mapKeys(p))
+	require.ElementsMatch(t, []string{"name", "mode", "clientId", "pid", "waitingSeconds", "dead", "process", "holderPid", "command"}, mapKeys(p))
 	require.Equal(t, "jobs", p["name"])
 	require.Equal(t, "shared", p["mode"])
 	require.Equal(t, waiter.ClientID(), p["clientId"])
@@ -257,7 +262,7 @@ func TestDumpCheck(t *testing.T) {
 	require.Contains(t, r.stdout, "consistent")
 
 	r = shm(t, nil, "dump", "--check", "--table", filepath.Join(t.TempDir(), "missing.tbl"))
-	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, exitNoTable, r.code)
 	require.Contains(t, r.stderr, "no table")
 
 	// A torn outcome file of Coalesce beside the table fails the check too.
@@ -296,7 +301,7 @@ func TestDumpCorrupt(t *testing.T) {
 	require.Contains(t, r.stderr, "file size")
 
 	r = shm(t, nil, "dump", "--table", filepath.Join(dir, "missing.tbl"))
-	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, exitNoTable, r.code)
 	require.Contains(t, r.stderr, "no table at")
 }
 

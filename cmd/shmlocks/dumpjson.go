@@ -46,6 +46,26 @@ func newJSONName(n string) jsonName {
 	return j
 }
 
+// jsonHolder says who holds a request as it is (dumpstate.go's holder):
+// "pid" (the Query field) is the process that made the request; for
+// shmlocks exec that is the wrapper, and the lock is held by its command's
+// process group.
+type jsonHolder struct {
+	Process   string `json:"process"`           // "alive" or "gone": pid's process runs or not
+	HolderPID int    `json:"holderPid"`         // the process holding it: exec's command, else pid; 0 when none runs
+	Command   string `json:"command"`           // holderPid's command line; "" when unknown
+	Group     int    `json:"group,omitempty"`   // exec: the command's process group, which co-owns the request
+	Wrapper   string `json:"wrapper,omitempty"` // exec: "alive" or "gone" (the wrapper, pid, died; the command holds on)
+}
+
+func newJSONHolder(h *holder) jsonHolder {
+	p := "gone"
+	if h.ProcessAlive {
+		p = "alive"
+	}
+	return jsonHolder{Process: p, HolderPID: h.HolderPID, Command: h.HolderCommand, Group: h.Group, Wrapper: h.Wrapper()}
+}
+
 type jsonHeld struct {
 	jsonName
 	Mode        string  `json:"mode"`
@@ -54,8 +74,8 @@ type jsonHeld struct {
 	Token       uint64  `json:"token"`
 	HeldSeconds float64 `json:"heldSeconds"` // 0 for a fast grant a moment old (its time not yet written)
 	Steal       bool    `json:"steal"`       // granted by a steal
-	Dead        bool    `json:"dead"`        // its process is gone (not yet reaped)
-	Command     string  `json:"command"`     // "" when unknown
+	Dead        bool    `json:"dead"`        // its agent is gone: its process (and exec group) gone, not yet reaped
+	jsonHolder
 }
 
 type jsonPending struct {
@@ -65,19 +85,22 @@ type jsonPending struct {
 	PID            int     `json:"pid"`
 	WaitingSeconds float64 `json:"waitingSeconds"`
 	Dead           bool    `json:"dead"`
-	Command        string  `json:"command"`
+	jsonHolder
 }
 
 type jsonAgent struct {
 	Index             uint32    `json:"index"`
 	PID               int       `json:"pid"`
 	ClientID          string    `json:"clientId"`
-	State             string    `json:"state"` // alive, dead, registering, invalid(N)
-	Command           string    `json:"command"`
+	State             string    `json:"state"`   // alive, wrapper-gone (exec's group holds on), dead, registering, invalid(N)
+	Command           string    `json:"command"` // pid's command line, "" when it is gone
 	Held              int       `json:"held"`
 	Waiting           int       `json:"waiting"`
 	Registered        time.Time `json:"registered"`
 	RegisteredSeconds float64   `json:"registeredSeconds"`
+	Group             int       `json:"group,omitempty"`         // exec: the command's process group (co-owner)
+	HolderPID         int       `json:"holderPid"`               // the process holding its locks (exec: the command's), 0 none
+	HolderCommand     string    `json:"holderCommand,omitempty"` // its command line
 }
 
 type jsonUsage struct {
@@ -108,8 +131,9 @@ type jsonNode struct {
 
 type jsonWait struct {
 	jsonNode
-	// WaitsFor are the holders of its name and the requests queued ahead
-	// of it whose mode conflicts with its own (empty: about to be granted).
+	// WaitsFor is every request holding its name or queued ahead of it on
+	// its name whose mode conflicts with its own, as pg_blocking_pids
+	// (blockers; empty: about to be granted).
 	WaitsFor []jsonNode `json:"waitsFor"`
 }
 
@@ -130,14 +154,15 @@ func dumpJSON(st *dumpState) *jsonDump {
 		}
 		age, _ := l.age(st.Time)
 		d.Held = append(d.Held, jsonHeld{jsonName: newJSONName(l.Name), Mode: modeName(l.Mode), ClientID: l.ClientID,
-			PID: l.PID, Token: l.Token, HeldSeconds: seconds(age), Steal: l.Steal, Dead: l.Dead(), Command: l.Command})
+			PID: l.PID, Token: l.Token, HeldSeconds: seconds(age), Steal: l.Steal, Dead: l.Dead(), jsonHolder: newJSONHolder(&l.holder)})
 	}
 	pend := func(l *dumpLock) jsonPending {
 		age, _ := l.age(st.Time)
 		return jsonPending{jsonName: newJSONName(l.Name), Mode: modeName(l.Mode), ClientID: l.ClientID, PID: l.PID,
-			WaitingSeconds: seconds(age), Dead: l.Dead(), Command: l.Command}
+			WaitingSeconds: seconds(age), Dead: l.Dead(), jsonHolder: newJSONHolder(&l.holder)}
 	}
 	g := st.Waits
+	blocking := blockers(g)
 	for _, i := range sortedPending(st) {
 		if !validMode(st.Pending[i].Mode) {
 			continue
@@ -145,7 +170,7 @@ func dumpJSON(st *dumpState) *jsonDump {
 		d.Pending = append(d.Pending, pend(&st.Pending[i]))
 		n := g.NHeld + i
 		w := jsonWait{jsonNode: node(&g.Nodes[n], false), WaitsFor: []jsonNode{}}
-		for _, j := range g.Out[n] {
+		for _, j := range blocking[i] {
 			w.WaitsFor = append(w.WaitsFor, node(&g.Nodes[j], g.Held(j)))
 		}
 		d.WaitsFor = append(d.WaitsFor, w)
@@ -155,12 +180,12 @@ func dumpJSON(st *dumpState) *jsonDump {
 	}
 	dead := 0
 	for _, a := range st.Agents {
-		if a.State == "dead" {
+		if a.State == agentDead {
 			dead++
 		}
 		d.Agents = append(d.Agents, jsonAgent{Index: a.Index, PID: a.PID, ClientID: a.ClientID, State: a.State,
 			Command: a.Command, Held: a.Held, Waiting: a.Waiting, Registered: a.Since.UTC(),
-			RegisteredSeconds: seconds(st.Time.Sub(a.Since))})
+			RegisteredSeconds: seconds(st.Time.Sub(a.Since)), Group: a.Group, HolderPID: a.HolderPID, HolderCommand: a.HolderCommand})
 	}
 	for _, c := range st.Cycles {
 		cyc := []jsonNode{}

@@ -39,30 +39,87 @@ type dumpState struct {
 	Cycles [][]int
 }
 
+// Agent states as dump shows them. An agent of shmlocks exec is co-owned
+// by its command's process group (exec_unix.go): it lives while its own
+// process (the wrapper) or that group runs.
+const (
+	agentAlive       = "alive"        // its process runs
+	agentWrapperGone = "wrapper-gone" // its process is gone; its exec command's group runs and holds its locks
+	agentDead        = "dead"         // its process (and group) are gone; not yet reaped
+)
+
 // dumpAgent is one agent record.
 type dumpAgent struct {
 	Index    uint32
-	PID      int
-	State    string // "alive", "dead", "registering" or "invalid(N)"
+	PID      int    // the process that registered it (shmlocks exec: the wrapper)
+	State    string // agentAlive, agentWrapperGone, agentDead, "registering" or "invalid(N)"
 	ClientID string
-	Command  string // "" unless alive and /proc tells
+	Command  string // PID's command line; "" unless it runs and /proc tells
 	Held     int
 	Waiting  int
 	Since    time.Time
+	holder
+}
+
+// holder is the process that holds an agent's locks as it is: its own,
+// or for shmlocks exec the command's (a process of the group co-owning
+// the agent), whether or not the wrapper still runs.
+type holder struct {
+	ProcessAlive  bool   // PID's process runs (a dead PID is never shown as alive)
+	Group         int    // the co-owner process group (exec's command), 0 none
+	GroupAlive    bool   // a process of Group runs
+	HolderPID     int    // the process holding the locks: Group's running member if any, else PID if it runs, else 0
+	HolderCommand string // HolderPID's command line ("" unknown)
 }
 
 // dumpLock is one held lock, pending request or watch.
 type dumpLock struct {
 	table.LockInfo
 	ClientID string
-	// Agent is the state of the request's agent: "alive", "dead" (its
-	// process is gone, not yet reaped) or "no agent" (a torn read).
-	Agent   string
-	Command string
+	// Agent is the state of the request's agent: agentAlive,
+	// agentWrapperGone, agentDead (its process is gone, not yet reaped) or
+	// "no agent" (a torn read).
+	Agent string
+	holder
 }
 
-// Dead reports whether the request's process is gone.
-func (l *dumpLock) Dead() bool { return l.Agent != "alive" }
+// Dead reports whether the request's agent is gone (not yet reaped).
+func (l *dumpLock) Dead() bool { return l.Agent != agentAlive && l.Agent != agentWrapperGone }
+
+// Wrapper is the state of exec's wrapper for a request of a co-owned
+// agent ("alive" or "gone"), "" for any other request.
+func (h *holder) Wrapper() string {
+	switch {
+	case h.Group == 0:
+		return ""
+	case h.ProcessAlive:
+		return "alive"
+	}
+	return "gone"
+}
+
+// agentHolder resolves who holds the locks of agent a. Of an agent in
+// another PID namespace nothing can be told here (its PID is not ours).
+func agentHolder(a *table.AgentInfo) holder {
+	if a.OtherPidNS {
+		return holder{}
+	}
+	h := holder{ProcessAlive: table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot})}
+	if a.CoOwner != 0 {
+		h.Group = a.CoOwner
+		h.GroupAlive = table.GroupAlive(a.CoOwner, a.CoOwnerStart)
+	}
+	switch {
+	case h.GroupAlive:
+		h.HolderPID = groupMember(h.Group)
+	case h.ProcessAlive:
+		h.HolderPID = a.PID
+	}
+	if h.HolderPID != 0 {
+		h.HolderCommand = procCmdline(h.HolderPID)
+	}
+	return h
+}
 
 // age is how long l has been held or waiting at now; ok false when the
 // table has no time for it.
@@ -87,49 +144,47 @@ func gatherDump(t *table.Table, path string, now time.Time) (*dumpState, error) 
 		}
 		watching := t.Watches()
 		agents := t.Agents()
-		type agentOf struct {
-			state, command string
-			i              int
-		}
-		byIdx := map[uint32]agentOf{}
+		byIdx := map[uint32]int{}
 		for i, a := range agents {
-			state := "dead"
+			h := agentHolder(&a)
+			state := agentDead
 			switch {
 			case a.State == table.AgentRegistering:
 				state = "registering"
 			case a.State != table.AgentAlive:
 				state = fmt.Sprintf("invalid(%d)", a.State)
-			case a.Live(): // its process, or the process group co-owning it (exec)
-				state = "alive"
+			case !a.Live(): // the kernel's word: its lock and keep-alive bytes are free
+			case h.ProcessAlive || a.OtherPidNS:
+				state = agentAlive
+			default: // exec's wrapper died; its command (keep-alive descriptor, group) holds on
+				state = agentWrapperGone
 			}
 			command := ""
-			if state == "alive" { // else the PID may be another process's now
-				switch {
-				case a.OtherPidNS && a.PidNS != 0:
-					// Its PID names a process of its own PID namespace (a
-					// container): this process cannot see it.
-					command = "(other pid ns)"
-				case table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot}):
-					command = procCommand(a.PID)
-				case a.CoOwner != 0:
-					command = procCommand(a.CoOwner) // the wrapper died: its command's group leader
-				}
+			switch {
+			case state != agentAlive:
+			case a.OtherPidNS && a.PidNS != 0:
+				// Its PID names a process of its own PID namespace (a
+				// container): this process cannot see it.
+				command = "(other pid ns)"
+			case h.ProcessAlive: // else the PID may be another process's now
+				command = procCmdline(a.PID)
 			}
-			byIdx[a.Index] = agentOf{state, command, i}
+			byIdx[a.Index] = i
 			st.Agents = append(st.Agents, dumpAgent{Index: a.Index, PID: a.PID, State: state,
-				ClientID: inspect.ClientID(a.Nonce), Command: command, Since: a.Since})
+				ClientID: inspect.ClientID(a.Nonce), Command: command, Since: a.Since, holder: h})
 		}
 		conv := func(in []table.LockInfo, count func(*dumpAgent)) []dumpLock {
 			out := make([]dumpLock, 0, len(in))
 			for _, li := range in {
 				l := dumpLock{LockInfo: li, ClientID: inspect.ClientID(li.Nonce), Agent: "no agent"}
-				if a, ok := byIdx[li.Agent]; ok {
-					l.Agent, l.Command = a.state, a.command
-					if a.state != "alive" {
-						l.Agent = "dead"
+				if i, ok := byIdx[li.Agent]; ok {
+					a := &st.Agents[i]
+					l.Agent, l.holder = a.State, a.holder
+					if l.Agent != agentAlive && l.Agent != agentWrapperGone {
+						l.Agent = agentDead
 					}
 					if count != nil {
-						count(&st.Agents[a.i])
+						count(a)
 					}
 				}
 				out = append(out, l)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/shmlocks/shmlocks/manager"
@@ -50,13 +49,17 @@ fencing token, decimal).
 
 If the lock is stolen while the command runs (--steal elsewhere), a warning
 is printed on standard error and the command's group is sent SIGTERM, then
-SIGKILL after --kill-after; the exit status is then the command's
-(normally 143 or 137).
+SIGKILL after --kill-after; the exit status is then 76, whatever the
+command did (it may have ignored SIGTERM and exited 0): the command did not
+hold the lock to its end. A lock stolen as it was granted also exits 76,
+and COMMAND is not run.
 
 Exit status: the command's; 1 (or -E's code) not available or timed out;
-126 the command could not be run, 127 not found; 64 usage error; 65 the
-file is not a valid lock table; 66 the table cannot be opened or created;
-71 system error; 75 table full; 128+N a signal N while waiting.
+76 the lock was lost (stolen); 126 the command could not be run, 127 not
+found; 64 usage error; 65 the file is not a lock table this build reads;
+66 the table cannot be opened or created (missing directory, not a
+regular file, permission, unsafe location); 71 internal or system error;
+75 table full; 128+N a signal N while waiting.
 
 %s`
 
@@ -132,21 +135,4 @@ func execOptionsHelp() string {
 	}
 	fmt.Fprintf(&b, "  %-34s %s\n", "-h, --help", "this help")
 	return b.String()
-}
-
-// tableErrorCode is the exit status for an error of the table (opening it,
-// or a request on it); dflt for an error of no known kind.
-func tableErrorCode(err error, dflt int) int {
-	switch {
-	case errors.Is(err, manager.ErrCorrupt), errors.Is(err, manager.ErrFormat):
-		return exitCorrupt
-	case errors.Is(err, manager.ErrTableFull):
-		return exitTempFail
-	case errors.Is(err, manager.ErrNotSupported):
-		return exitUsage
-	case errors.Is(err, syscall.ENOMEM), errors.Is(err, syscall.EMFILE), errors.Is(err, syscall.ENFILE),
-		errors.Is(err, syscall.EAGAIN):
-		return exitOSErr
-	}
-	return dflt
 }

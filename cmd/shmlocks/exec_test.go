@@ -155,6 +155,15 @@ func TestExecForwardsSignalsAndStolen(t *testing.T) {
 	l, err := m.Acquire(ctxFor(t, 10*time.Second), "job", manager.RequestOptions{Steal: true})
 	require.NoError(t, err)
 	defer l.Release()
-	require.Equal(t, 128+int(syscall.SIGTERM), exitCode(c), c.Stderr())
+	require.Equal(t, exitLost, exitCode(c), c.Stderr())
 	require.True(t, strings.Contains(c.Stderr(), "was stolen"), c.Stderr())
+	require.NoError(t, l.Release())
+
+	// A command that answers the steal's SIGTERM by exiting 0: exec still
+	// says the lock was lost.
+	c = startExec(t, m, false, "--table", tbl, "job", "--", "sh", "-c", `trap "exit 0" TERM; echo ready; while :; do sleep 0.05; done`)
+	l, err = m.Acquire(ctxFor(t, 10*time.Second), "job", manager.RequestOptions{Steal: true})
+	require.NoError(t, err)
+	require.Equal(t, exitLost, exitCode(c), c.Stderr())
+	require.Contains(t, c.Stderr(), "was lost while the command ran (its status 0)")
 }

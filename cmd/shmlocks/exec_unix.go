@@ -88,7 +88,7 @@ func execLocked(o *execOptions, stdout, stderr io.Writer) int {
 
 	m, err := manager.Open(o.path, &manager.OpenOptions{FileMode: o.mode})
 	if err != nil {
-		return fail(tableErrorCode(err, exitNoTable), "%v", err)
+		return tableFail(stderr, "exec", o.path, err, exitNoTable)
 	}
 	keep := false // the command's group keeps the lock: leave without Close
 	defer func() {
@@ -142,8 +142,11 @@ func execLocked(o *execOptions, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "shmlocks exec: timed out after %v waiting for lock %q\n", o.timeout, o.name)
 		}
 		return o.conflictCode
+	case errors.Is(err, manager.ErrStolen):
+		// Granted, then stolen before this process saw the grant.
+		return fail(exitLost, "lock %q was stolen as it was granted; COMMAND not run", o.name)
 	default:
-		return fail(tableErrorCode(err, exitFailure), "%v", err)
+		return tableFail(stderr, "exec", o.path, err, exitOSErr)
 	}
 	if o.verbose {
 		fmt.Fprintf(stderr, "shmlocks exec: getting lock %q took %.6f seconds\n", o.name, took.Seconds())
@@ -160,6 +163,10 @@ func execLocked(o *execOptions, stdout, stderr io.Writer) int {
 	status, stolen := c.wait(o, l, sigs, stderr)
 	switch {
 	case stolen:
+		// Whatever the command did (ignored SIGTERM and exited 0, say):
+		// it did not hold the lock to its end.
+		fmt.Fprintf(stderr, "shmlocks exec: lock %q was lost while the command ran (its status %d); exit %d\n", o.name, status, exitLost)
+		status = exitLost
 	case o.closeEarly || !table.GroupAlive(c.pgid, uint32(c.start)) && !m.KeepAliveHeld():
 		l.Release()
 	default:
@@ -250,7 +257,8 @@ func startCommand(o *execOptions, m *manager.Manager, l *manager.Lock, stdout, s
 		syscall.Wait4(c.pid, &ws, 0, nil)
 		c.restoreTerminal()
 		c.close()
-		return nil, tableErrorCode(err, exitOSErr), err
+		code, _ := tableFailure(o.path, err, exitOSErr)
+		return nil, code, errors.New(errText(err))
 	}
 	if _, err := goW.Write([]byte{1}); err != nil { // the child died before the go-ahead
 		c.restoreTerminal()

@@ -101,7 +101,8 @@ func TestExecStealThenKillAfter(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Release()
 	start := time.Now()
-	require.Equal(t, 128+int(syscall.SIGKILL), exitCode(a), a.Stderr())
+	require.Equal(t, exitLost, exitCode(a), a.Stderr())
+	require.Contains(t, a.Stderr(), "its status 137", "killed by SIGKILL")
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "SIGKILL only after the grace period")
 	require.Contains(t, a.Stderr(), "was stolen")
 	require.Contains(t, a.Stderr(), "SIGKILL")
@@ -119,7 +120,7 @@ func TestExecExitCodes(t *testing.T) {
 		{[]string{"exec", "--bogus", "x", "true"}, exitUsage, "unknown option --bogus"},
 		{[]string{"exec", "-t", "", "x", "true"}, exitUsage, "non-empty"},
 		{[]string{"exec", "--table=", "x", "true"}, exitUsage, "non-empty"},
-		{[]string{"exec", "-t", filepath.Join(dir, "missing", "x.tbl"), "x", "true"}, exitNoTable, "no such file"},
+		{[]string{"exec", "-t", filepath.Join(dir, "missing", "x.tbl"), "x", "true"}, exitNoTable, "directory " + filepath.Join(dir, "missing") + " does not exist"},
 		{[]string{"exec", "-t", dir, "x", "true"}, exitNoTable, ""},
 	} {
 		r := shm(t, nil, c.args...)
@@ -160,6 +161,7 @@ func TestExecRefusesPlantedTable(t *testing.T) {
 	require.Empty(t, r.stdout)
 	require.Contains(t, r.stderr, "owned by uid 4242")
 	require.Contains(t, r.stderr, "world-writable")
+	require.Equal(t, 1, strings.Count(r.stderr, "shmlocks"), "one 'shmlocks exec:' prefix, no 'shmlocks:' after it: %s", r.stderr)
 
 	// Shared on purpose: a group directory nobody else can write to.
 	team := filepath.Join(t.TempDir(), "team")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -65,7 +66,7 @@ var execOpts = []execOpt{
 func setTimeout(o *execOptions, v string) error {
 	d, err := parseSeconds(v)
 	if err != nil {
-		return err
+		return fmt.Errorf("timeout %v", err)
 	}
 	o.timeout, o.st.timeoutSet = d, true
 	return nil
@@ -107,33 +108,84 @@ func setConflict(o *execOptions, v string) error {
 }
 
 // parseSeconds parses flock's -w argument, seconds with an optional
-// fraction, or a Go duration (the first exec's --timeout).
+// fraction, or a Go duration (the first exec's --timeout); every option
+// of a duration takes the same (durationValue).
 func parseSeconds(v string) (time.Duration, error) {
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
 		if f < 0 || math.IsNaN(f) || f > float64(math.MaxInt64)/1e9 {
-			return 0, fmt.Errorf("timeout %q: out of range", v)
+			return 0, fmt.Errorf("%q: out of range", v)
 		}
 		return time.Duration(f * 1e9), nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		return 0, fmt.Errorf("timeout %q: not a number of seconds nor a duration", v)
+		return 0, fmt.Errorf("%q: not a number of seconds (2, 0.5) nor a duration (1m30s, 500ms)", v)
 	}
 	if d < 0 {
-		return 0, fmt.Errorf("timeout %q: negative", v)
+		return 0, fmt.Errorf("%q: negative", v)
 	}
 	return d, nil
 }
 
-func findLong(name string) *execOpt {
+// durationValue is a flag.Value of a duration written as parseSeconds
+// reads it: seconds (2, 0.5) or a Go duration (1m30s).
+type durationValue struct{ d *time.Duration }
+
+func newDuration(d *time.Duration, dflt time.Duration) durationValue {
+	*d = dflt
+	return durationValue{d}
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := parseSeconds(s)
+	if err != nil {
+		return err
+	}
+	*v.d = d
+	return nil
+}
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+
+// ErrFDForm: flock's file-descriptor form (flock [options] FD, after
+// exec N>file in a shell) has no shmlocks equivalent: a shmlocks lock is
+// not held by a descriptor.
+var ErrFDForm = errors.New("flock's file-descriptor form is not supported: use exec NAME COMMAND")
+
+// findLong finds the option a long name names: exactly, or, with prefix,
+// as the unambiguous prefix of one option's names (getopt_long, as flock
+// takes --verb for --verbose); name is then the full name.
+func findLong(name string, prefix bool) (opt *execOpt, full string, err error) {
 	for i := range execOpts {
 		for _, l := range execOpts[i].long {
 			if l == name {
-				return &execOpts[i]
+				return &execOpts[i], l, nil
 			}
 		}
 	}
-	return nil
+	if !prefix || name == "" {
+		return nil, "", nil
+	}
+	var names []string
+	for i := range execOpts {
+		for _, l := range execOpts[i].long {
+			if strings.HasPrefix(l, name) {
+				if opt != &execOpts[i] {
+					names = append(names, "--"+l)
+				}
+				opt, full = &execOpts[i], l
+			}
+		}
+	}
+	if len(names) > 1 {
+		return nil, "", fmt.Errorf("option --%s is ambiguous (%s)", name, strings.Join(names, ", "))
+	}
+	return opt, full, nil
 }
 
 func findShort(c byte) *execOpt {
@@ -169,7 +221,12 @@ func parseExecArgs(args []string, o *execOptions) error {
 			dashes = 2
 		}
 		name, val, hasVal := strings.Cut(body, "=")
-		if opt := findLong(name); opt != nil && (dashes == 2 || len(name) > 1) {
+		opt, full, err := findLong(name, dashes == 2)
+		if err != nil {
+			return err
+		}
+		if opt != nil && (dashes == 2 || len(name) > 1) {
+			name = full
 			if opt.arg == "" {
 				if hasVal {
 					return fmt.Errorf("option --%s takes no argument", name)
@@ -259,6 +316,8 @@ func parseExecArgs(args []string, o *execOptions) error {
 			sh = "/bin/sh"
 		}
 		o.argv = []string{sh, "-c", o.st.command}
+	case len(rest) == 0 && isNumber(o.name):
+		return fmt.Errorf("%w (%s is a file descriptor to flock; here NAME is a lock name)", ErrFDForm, o.name)
 	case len(rest) == 0:
 		return fmt.Errorf("missing COMMAND after NAME (or -c STRING)")
 	default:
@@ -276,4 +335,10 @@ func parseExecArgs(args []string, o *execOptions) error {
 	}
 	o.verbose = st.verbose
 	return nil
+}
+
+// isNumber reports whether s is a decimal number (flock's FD operand).
+func isNumber(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 31)
+	return err == nil
 }

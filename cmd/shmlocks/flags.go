@@ -181,6 +181,9 @@ func valueName(f *flag.Flag) string {
 	if n, ok := metavars[f.Name]; ok {
 		return n
 	}
+	if _, ok := f.Value.(durationValue); ok {
+		return "DURATION"
+	}
 	n, _ := flag.UnquoteUsage(f)
 	if n == "" {
 		n = "value"

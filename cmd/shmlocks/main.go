@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/shmlocks/shmlocks/table"
 )
@@ -17,26 +18,6 @@ func main() {
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
-
-// Exit statuses, shared by every command; those above 1 are sysexits(3)
-// codes, as flock(1) uses. shmlocks exec also exits with the command's own
-// status, 126/127 when it cannot run it and 128+N after signal N.
-const (
-	exitOK       = 0
-	exitFailure  = 1  // not available (-n), timed out (-w), a check that failed
-	exitUsage    = 64 // EX_USAGE: a usage error
-	exitCorrupt  = 65 // EX_DATAERR: the file is not a valid lock table
-	exitNoTable  = 66 // EX_NOINPUT: the table cannot be opened or created (missing, permission, not safe)
-	exitOSErr    = 71 // EX_OSERR: the system refused (no memory, descriptors, processes)
-	exitTempFail = 75 // EX_TEMPFAIL: the table is full (no free agent record, name or request)
-)
-
-const exitStatusHelp = `Exit status (sysexits codes above 1, as flock(1)): 0 ok; 1 not available,
-timed out, a check failed (dump: also no table); 64 usage error; 65 not a
-valid lock table (corrupt, another format version); 66 the table cannot be
-opened or created (missing directory, permission, owned by another user);
-71 system error; 75 table full. exec: the command's own status, 126/127 if
-it cannot be run, 128+N after signal N.`
 
 type command struct {
 	name, summary string
@@ -61,12 +42,52 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return exitUsage
 	}
-	switch args[0] {
-	case "-h", "--help":
-		usage(stdout)
-		return exitOK
-	case "-V", "--version":
-		return runVersion(nil, stdout, stderr)
+	// Options before the command: --help, --version, and --table PATH
+	// (or -t PATH), which is then the command's own --table.
+	var pre []string
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		a := args[0]
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch {
+		case a == "-h" || a == "--help" || strings.HasPrefix(a, "--") && len(name) >= 2 && strings.HasPrefix("help", name):
+			usage(stdout)
+			return exitOK
+		case a == "-V" || a == "--version" || strings.HasPrefix(a, "--") && len(name) >= 2 && strings.HasPrefix("version", name):
+			return runVersion(nil, stdout, stderr)
+		case a == "-t" || strings.HasPrefix(a, "--") && len(name) >= 2 && strings.HasPrefix("table", name):
+			if !hasVal {
+				if len(args) < 2 {
+					fmt.Fprintf(stderr, "shmlocks: option %s needs PATH\n", a)
+					return exitUsage
+				}
+				val, args = args[1], args[1:]
+			}
+			pre = append(pre, "--table", val)
+			args = args[1:]
+		case strings.HasPrefix(a, "-t") && !strings.HasPrefix(a, "--"):
+			pre = append(pre, "--table", a[2:])
+			args = args[1:]
+		default:
+			fmt.Fprintf(stderr, "shmlocks: unknown option %s before the command (options before it: --table PATH, --help, --version)\n", a)
+			usage(stderr)
+			return exitUsage
+		}
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "shmlocks: missing COMMAND after the options")
+		usage(stderr)
+		return exitUsage
+	}
+	for _, c := range commands() {
+		if c.name == args[0] && len(pre) > 0 {
+			switch c.name {
+			case "dump", "exec", "serve", "stress", "demo":
+			default:
+				fmt.Fprintf(stderr, "shmlocks: %s takes no --table\n", c.name)
+				return exitUsage
+			}
+			return c.run(append(pre, args[1:]...), stdout, stderr)
+		}
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
@@ -79,7 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: shmlocks COMMAND [options]\n       shmlocks --version | --help\n\ncommands:")
+	fmt.Fprintln(w, "usage: shmlocks [--table PATH] COMMAND [options]\n       shmlocks --version | --help\n\ncommands:")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}

@@ -192,7 +192,7 @@ func TestDefaultTablePath(t *testing.T) {
 func TestDumpDefaultLocation(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "via-env.tbl")
 	r := shm(t, []string{envTable + "=" + p}, "dump")
-	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, exitNoTable, r.code)
 	require.Contains(t, r.stderr, p)
 	require.Contains(t, r.stderr, "no table")
 }

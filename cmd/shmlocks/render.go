@@ -32,9 +32,9 @@ import (
 // nameColumnMax is the widest NAME column padded for, off a terminal.
 const nameColumnMax = 40
 
-// commandColumnMax is the widest COMMAND shown (the kernel's comm is at
-// most 15 bytes; a name from the command line may be longer).
-const commandColumnMax = 15
+// commandColumnMax is the widest COMMAND shown (a command line; the whole
+// is in --json).
+const commandColumnMax = 24
 
 // clientColumn is the width client ids are right-aligned to: a client id
 // is a 64-bit value in hex, up to 16 digits, so ids line up whatever
@@ -75,10 +75,10 @@ func renderDump(w io.Writer, st *dumpState, width int) error {
 
 	fmt.Fprintf(&buf, "\nagents: %d\n", len(st.Agents))
 	if len(st.Agents) > 0 {
-		rows := [][]string{{"INDEX", "PID", "STATE", "COMMAND", "HELD", "WAITING", "REGISTERED", padClient("CLIENT")}}
+		rows := [][]string{{"INDEX", "PID", "STATE", "COMMAND", "EXEC GROUP", "HELD", "WAITING", "REGISTERED", padClient("CLIENT")}}
 		for _, a := range st.Agents {
 			rows = append(rows, []string{strconv.FormatUint(uint64(a.Index), 10), strconv.Itoa(a.PID), a.State,
-				commandCell(a.Command), strconv.Itoa(a.Held), strconv.Itoa(a.Waiting),
+				commandCell(a.Command), groupCell(&a.holder), strconv.Itoa(a.Held), strconv.Itoa(a.Waiting),
 				renderAge(st.Time.Sub(a.Since)) + " ago", padClient(a.ClientID)})
 		}
 		writeColumns(&buf, rows, &nameFit{col: -1, width: width})
@@ -107,7 +107,7 @@ func renderDump(w io.Writer, st *dumpState, width int) error {
 		fmt.Fprintf(&buf, "\nlocks: none\n")
 	} else {
 		fmt.Fprintf(&buf, "\nlocks: %d names\n", len(names))
-		rows := [][]string{{"NAME", "STATE", "MODE", "TOKEN", "PID", "COMMAND", "FOR", padClient("CLIENT")}}
+		rows := [][]string{{"NAME", "STATE", "MODE", "TOKEN", "PID", "COMMAND", "WRAPPER", "FOR", padClient("CLIENT")}}
 		for _, n := range names {
 			lines := byName[n]
 			// Held by token first; pending keep their queue order, watches
@@ -132,15 +132,20 @@ func renderDump(w io.Writer, st *dumpState, width int) error {
 						tok += " (steal)"
 					}
 				}
+				// The process that holds it as it is: exec's command (its
+				// wrapper apart), a dead PID marked dead.
 				pid := strconv.Itoa(l.PID)
-				if l.Agent != "alive" {
-					pid += " (" + l.Agent + ")"
+				switch {
+				case l.HolderPID != 0:
+					pid = strconv.Itoa(l.HolderPID)
+				case l.Agent != agentAlive:
+					pid += " (" + agentDead + ")"
 				}
 				age := "-" // no time recorded (a fast grant a moment old)
 				if d, ok := l.age(st.Time); ok {
 					age = renderAge(d)
 				}
-				rows = append(rows, []string{name, ln.kind, modeName(l.Mode), tok, pid, commandCell(l.Command), age, padClient(l.ClientID)})
+				rows = append(rows, []string{name, ln.kind, modeName(l.Mode), tok, pid, commandCell(l.HolderCommand), wrapperCell(l), age, padClient(l.ClientID)})
 			}
 		}
 		writeColumns(&buf, rows, &nameFit{col: 0, width: width})
@@ -225,11 +230,43 @@ func padClient(id string) string {
 	return id
 }
 
+// groupCell shows an agent's exec group: "-" none, else its id, "(gone)"
+// when no process of it runs.
+func groupCell(h *holder) string {
+	switch {
+	case h.Group == 0:
+		return "-"
+	case h.GroupAlive:
+		return strconv.Itoa(h.Group)
+	}
+	return strconv.Itoa(h.Group) + " (gone)"
+}
+
+// wrapperCell shows the exec wrapper of a request: "-" none, else its pid
+// and whether it runs.
+func wrapperCell(l *dumpLock) string {
+	if w := l.Wrapper(); w != "" {
+		return strconv.Itoa(l.PID) + " " + w
+	}
+	return "-"
+}
+
 // commandCell shows a command name, "-" if unknown, quoted if it has bytes
 // that would upset the terminal, cut to commandColumnMax.
 func commandCell(c string) string {
 	if c == "" {
 		return "-"
+	}
+	// A command line: its program by base name (ps -o args shows the
+	// whole path; the column has no room for it).
+	if prog, args, ok := strings.Cut(c, " "); ok || strings.Contains(prog, "/") {
+		if i := strings.LastIndexByte(prog, '/'); i >= 0 && i < len(prog)-1 {
+			prog = prog[i+1:]
+		}
+		c = prog
+		if ok {
+			c += " " + args
+		}
 	}
 	if q := strconv.Quote(c); q[1:len(q)-1] != c {
 		c = q

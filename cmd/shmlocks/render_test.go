@@ -30,8 +30,20 @@ func goldenState() *dumpState {
 	at := func(d time.Duration) int64 { return base.Add(d).UnixNano() }
 	long := "orders/" + strings.Repeat("customer-000123/", 8) + "invoice"
 	lock := func(name string, mode uint32, agent uint32, pid int, nonce uint64, token uint64, since int64, state, command string) dumpLock {
+		h := holder{ProcessAlive: state == agentAlive, HolderCommand: command}
+		if h.ProcessAlive {
+			h.HolderPID = pid
+		}
 		return dumpLock{LockInfo: table.LockInfo{Name: name, Mode: mode, Agent: agent, PID: pid, Nonce: nonce, Token: token, Since: since},
-			ClientID: inspect.ClientID(nonce), Agent: state, Command: command}
+			ClientID: inspect.ClientID(nonce), Agent: state, holder: h}
+	}
+	// shmlocks exec's agents: one whose wrapper (1004) runs, one whose
+	// wrapper (1005) was killed while its command's group (2005) holds on.
+	execAlive := holder{ProcessAlive: true, Group: 2004, GroupAlive: true, HolderPID: 2004, HolderCommand: "rsync -a /data /backup"}
+	execGone := holder{Group: 2005, GroupAlive: true, HolderPID: 2005, HolderCommand: "sleep 300"}
+	execLock := func(name string, agent uint32, pid int, nonce, token uint64, state string, h holder) dumpLock {
+		return dumpLock{LockInfo: table.LockInfo{Name: name, Mode: table.ModeExclusive, Agent: agent, PID: pid, Nonce: nonce, Token: token, Since: at(85 * time.Minute)},
+			ClientID: inspect.ClientID(nonce), Agent: state, holder: h}
 	}
 	st := &dumpState{
 		Time: base.Add(90 * time.Minute), Path: "/run/user/1000/shmlocks.tbl", Size: 4992,
@@ -42,6 +54,8 @@ func goldenState() *dumpState {
 			{Index: 1, PID: 1001, State: "alive", ClientID: "a1", Command: "worker", Held: 2, Since: base.Add(time.Minute)},
 			{Index: 2, PID: 1002, State: "alive", ClientID: "5eedc0ffee0a2", Command: "report\x1b[2J", Held: 3, Waiting: 1, Since: base.Add(2 * time.Minute)},
 			{Index: 3, PID: 1003, State: "dead", ClientID: "a3", Waiting: 1, Since: base.Add(3 * time.Minute)},
+			{Index: 4, PID: 1004, State: agentAlive, ClientID: "a4", Command: "shmlocks exec backup rsync -a /data /backup", Held: 1, Since: base.Add(4 * time.Minute), holder: execAlive},
+			{Index: 5, PID: 1005, State: agentWrapperGone, ClientID: "a5", Held: 1, Since: base.Add(5 * time.Minute), holder: execGone},
 		},
 		Held: []dumpLock{
 			lock("invoices", table.ModeExclusive, 1, 1001, 0xa1, 1, at(80*time.Minute), "alive", "worker"),
@@ -49,6 +63,8 @@ func goldenState() *dumpState {
 			lock("reports", table.ModeShared, 2, 1002, 0x5eedc0ffee0a2, 2, 0, "alive", "report\x1b[2J"),
 			lock("cache\x00\"odd\"", table.ModeExclusive, 2, 1002, 0x5eedc0ffee0a2, 2, at(89*time.Minute+59*time.Second+999*time.Millisecond+400*time.Microsecond), "alive", "report\x1b[2J"),
 			lock(long, table.ModeExclusive, 2, 1002, 0x5eedc0ffee0a2, 7, at(89*time.Minute), "alive", "a-command-name-longer-than-comm"),
+			execLock("backup", 4, 1004, 0xa4, 3, agentAlive, execAlive),
+			execLock("job", 5, 1005, 0xa5, 4, agentWrapperGone, execGone),
 		},
 		Pending: []dumpLock{
 			lock("invoices", table.ModeShared, 2, 1002, 0x5eedc0ffee0a2, 0, at(85*time.Minute), "alive", "report\x1b[2J"),
@@ -118,7 +134,7 @@ func TestRenderDumpFitsWidth(t *testing.T) {
 	require.Contains(t, b.String(), long, "off a terminal, names whole")
 	for _, l := range strings.Split(b.String(), "\n") {
 		if strings.Contains(l, `"invoices"`) || strings.Contains(l, `"reports"`) {
-			require.Less(t, utf8.RuneCountInString(l), 140, "a short name's row is not padded for the long one: %q", l)
+			require.Less(t, utf8.RuneCountInString(l), 160, "a short name's row is not padded for the long one: %q", l)
 		}
 	}
 }

@@ -28,8 +28,13 @@ GET /metrics answers in the Prometheus text format (version 0.0.4):
   shmlocks_table_agents, _agents_dead, _agents_limit
   shmlocks_table_reaps_total, _repairs_total     (for the life of the file)
   shmlocks_table_longest_wait_seconds
+  shmlocks_table_scrape_duration_seconds        (time taken to read the table)
   shmlocks_lock_holders{name,mode}, shmlocks_lock_waiting{name,mode}
   shmlocks_lock_longest_wait_seconds{name}, shmlocks_lock_longest_hold_seconds{name}
+
+A lock name that is not valid UTF-8 (a label value must be) has each
+invalid byte as U+FFFD in name and its exact bytes in a second label,
+name_base64: names that differ are always different series.
 
 The per-name series (--names, on by default) exist only for names held or
 waited for at the scrape: at most the table's MaxResources (4096 by
@@ -41,7 +46,9 @@ holder. A missing table is served as shmlocks_table_up 0 and picked up when
 it appears; a table file replaced by another is re-opened.
 
 Listen on loopback unless the network is trusted: the lock names are
-exported. SIGINT or SIGTERM stop the server (exit 0).
+exported. SIGINT or SIGTERM stop the server (exit 0). Exit status: 64
+usage error; 69 the address cannot be listened on (in use, not
+allowed); 71 internal error.
 
 %s`
 
@@ -69,9 +76,13 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 		path = defaultTablePath()
 	}
 	ln, err := net.Listen("tcp", *addr)
+	var bad *net.AddrError
+	var dns *net.DNSError
+	if errors.As(err, &bad) || errors.As(err, &dns) { // not an address: a usage error
+		return f.usageError("--metrics %s: %v", *addr, errors.Unwrap(err))
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "shmlocks serve: %v\n", err)
-		return exitFailure
+		return failf(stderr, "serve", exitUnavailable, "cannot listen on %s: %v", *addr, errors.Unwrap(err))
 	}
 	src := &tableSource{path: path}
 	defer src.close()
@@ -106,8 +117,7 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
-		fmt.Fprintf(stderr, "shmlocks serve: %v\n", err)
-		return exitFailure
+		return failf(stderr, "serve", exitOSErr, "%v", err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -110,7 +110,7 @@ func TestServeUsage(t *testing.T) {
 	require.Equal(t, exitUsage, r.code)
 	require.Contains(t, r.stderr, "--metrics ADDR is required")
 	r = shm(t, nil, "serve", "--metrics", "256.0.0.1:bad")
-	require.Equal(t, exitFailure, r.code)
+	require.Equal(t, exitUsage, r.code, r.stderr)
 	r = shm(t, nil, "serve", "--help")
 	require.Equal(t, exitOK, r.code)
 	require.True(t, strings.Contains(r.stdout, "shmlocks_lock_holders"))

@@ -97,13 +97,13 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Procs, "procs", 4, "worker processes")
 	fs.IntVar(&cfg.Goroutines, "goroutines", 2, "requesting goroutines per process")
 	fs.IntVar(&cfg.Names, "names", 4, "lock names (stress-0, stress-1, ...)")
-	fs.DurationVar(&cfg.Duration, "duration", 0, "run length (default 5s unless --ops)")
-	fs.IntVar(&cfg.Ops, "ops", 0, "requests per goroutine instead of a duration")
+	fs.Var(newDuration(&cfg.Duration, 0), "duration", "run length, more than 0 (default 5s unless --ops)")
+	fs.IntVar(&cfg.Ops, "ops", 0, "requests per goroutine instead of a duration (0: none)")
 	fs.Float64Var(&cfg.Shared, "shared", 0.3, "fraction of requests in shared mode")
 	fs.Float64Var(&cfg.IfAvailable, "if-available", 0.1, "fraction of requests made with IfAvailable")
 	fs.Float64Var(&cfg.Steal, "steal", 0.01, "fraction of exclusive waiting requests made with Steal (shmlocks only)")
 	fs.Float64Var(&cfg.Timeout, "timeout", 0.1, "fraction of waiting requests given a deadline")
-	fs.DurationVar(&cfg.Deadline, "deadline", 0, "the deadline of those requests (default 5ms)")
+	fs.Var(newDuration(&cfg.Deadline, 0), "deadline", "the deadline of those requests (default 5ms)")
 	hold := fs.String("hold", "exp:50us", "hold time: fixed:DUR, exp:MEAN, uniform:MIN-MAX or none (busy below 1ms, asleep above)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed (0: pick one; the report prints it)")
 	fs.StringVar(&cfg.Table, "table", "", "table file (default: a fresh file in a temporary directory; \"default\": the default table location below)")
@@ -115,10 +115,11 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL this many processes per second, each time of the feature killed least so far (a killed worker is replaced at once)")
 	features := fs.String("features", "", "what the worker processes do, one feature per process in turn: plain, exec, child, coalesce, all (AcquireAll), or every (default: every with --chaos on shmlocks, else plain)")
 	backends := fs.String("backend", "shmlocks", "shmlocks, flock, or both comma-separated (run one after the other, reported side by side)")
-	fs.DurationVar(&cfg.Stuck, "stuck", 0, "a waiter blocked this long on a free, quiet name is a violation (default 2s)")
-	fs.DurationVar(&cfg.MaxGrantGap, "max-gap", 0, "no grant anywhere for this long is a violation (0: not checked)")
+	fs.Var(newDuration(&cfg.Stuck, 0), "stuck", "a waiter blocked this long on a free, quiet name is a violation (default 2s)")
+	fs.Var(newDuration(&cfg.MaxGrantGap, 0), "max-gap", "no grant anywhere for this long is a violation (0: not checked)")
 	asJSON := fs.Bool("json", false, "print the report as JSON: {\"violations\": N, \"runs\": [one report per backend]}")
-	progressEvery := fs.Duration("progress", 5*time.Second, "when standard error is not a terminal, a progress line every this often (0: none); on a terminal one line redrawn in place")
+	progressEvery := new(time.Duration)
+	fs.Var(newDuration(progressEvery, 5*time.Second), "progress", "when standard error is not a terminal, a progress line every this often (0: none); on a terminal one line redrawn in place")
 	if code, ok := fs.parse(args); !ok {
 		return code
 	}
@@ -134,8 +135,18 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 			return fs.usageError("%s must be at least 1", v.name)
 		}
 	}
-	if *progressEvery < 0 {
-		return fs.usageError("--progress must not be negative")
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// Zero means "default" to stress.Config; given on the command line it is an error.
+	switch {
+	case set["duration"] && cfg.Duration <= 0:
+		return fs.usageError("--duration must be more than 0 (leave it out for 5s)")
+	case cfg.Ops < 0:
+		return fs.usageError("--ops must not be negative (0: none, run for --duration)")
+	case set["deadline"] && cfg.Deadline <= 0:
+		return fs.usageError("--deadline must be more than 0 (leave it out for 5ms)")
+	case set["stuck"] && cfg.Stuck <= 0:
+		return fs.usageError("--stuck must be more than 0 (leave it out for 2s)")
 	}
 	var err error
 	if cfg.Hold, err = stress.ParseHold(*hold); err != nil {
@@ -170,8 +181,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintln(stderr, "shmlocks stress:", err)
-		return exitFailure
+		return failf(stderr, "stress", exitOSErr, "%v", err)
 	}
 	cfg.Worker = []string{exe, "stress"}
 	cfg.Exec = []string{exe, "exec"}
@@ -184,8 +194,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if !stress.Supported {
-		fmt.Fprintln(stderr, "shmlocks stress: not supported on this OS")
-		return exitFailure
+		return failf(stderr, "stress", exitOSErr, "not supported on this OS")
 	}
 	switch {
 	case isTerminal(os.Stderr) && stderr == io.Writer(os.Stderr):
@@ -204,8 +213,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 			if errors.Is(err, stress.ErrUsage) {
 				return fs.usageError("%v", err)
 			}
-			fmt.Fprintf(stderr, "shmlocks stress: %v\n", err)
-			return exitFailure
+			return tableFail(stderr, "stress", c.Table, err, exitOSErr)
 		}
 		cfg.Seed = rep.Seed // the same seed for the next backend
 		reps = append(reps, rep)
@@ -222,12 +230,10 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 			out.Violations += r.Violations
 		}
 		if err := enc.Encode(out); err != nil {
-			fmt.Fprintln(stderr, "shmlocks stress:", err)
-			return exitFailure
+			return failf(stderr, "stress", exitOSErr, "%v", err)
 		}
 	} else if err := stress.WriteText(stdout, reps); err != nil {
-		fmt.Fprintln(stderr, "shmlocks stress:", err)
-		return exitFailure
+		return failf(stderr, "stress", exitOSErr, "%v", err)
 	}
 	for _, r := range reps {
 		if !r.OK() {

@@ -47,7 +47,34 @@ func requireOutcomesAddUp(t *testing.T, rep map[string]any) {
 	}
 	require.Len(t, o, 5)
 	require.Equal(t, rep["ops"], sum, "the outcomes add up to the requests: %v", o)
-	require.GreaterOrEqual(t, rep["grants"].(float64), o["granted"].(float64), "grants count the stolen ones too")
+	// Each grant is counted once: by mode, and by how it ended.
+	g := rep["grants"].(float64)
+	require.Equal(t, g, rep["exclusiveGrants"].(float64)+rep["sharedGrants"].(float64), "grants = exclusive + shared: %v", rep)
+	require.Equal(t, g, o["granted"].(float64)+o["stolen"].(float64)+rep["releaseErrors"].(float64),
+		"grants = granted + stolen + release errors: %v, %v", o, rep)
+	require.LessOrEqual(t, rep["steals"].(float64), g, "steals are grants")
+	require.LessOrEqual(t, rep["releaseErrors"].(float64), o["errors"].(float64))
+}
+
+// requireTextAddsUp checks the sums of stress's text report (one backend).
+func requireTextAddsUp(t *testing.T, out string) {
+	t.Helper()
+	num := func(label string) int {
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(label) + `\s+(\d+)\s*$`).FindStringSubmatch(out)
+		require.NotNil(t, m, "a %q line in %s", label, out)
+		n, err := strconv.Atoi(m[1])
+		require.NoError(t, err)
+		return n
+	}
+	sum := 0
+	for _, l := range []string{"  granted and released", "  granted, then stolen", "  not available", "  timed out", "  errors"} {
+		sum += num(l)
+	}
+	require.Equal(t, num("requests (by outcome below)"), sum, out)
+	grants := num("grants (by mode below)")
+	require.Equal(t, grants, num("  exclusive")+num("  shared"), out)
+	require.Equal(t, grants, num("  granted and released")+num("  granted, then stolen")+num("    of them release errors"), out)
+	require.LessOrEqual(t, num("of the grants, by stealing"), grants, out)
 }
 
 func mapKeys(m map[string]any) []string {
@@ -115,21 +142,16 @@ func TestStressText(t *testing.T) {
 	require.Regexp(t, `fairness per goroutine \(grants\) max/min\s+\d+/\d+ = \d+\.\d\d\n`, r.stdout)
 	require.NotContains(t, r.stderr, "\r", "no redrawn progress line when stderr is not a terminal")
 	require.NotContains(t, r.stderr, "stress: shmlocks", "no progress line before --progress (5s)")
-	// The outcome lines add up to the requests; the counters are explained.
-	num := func(label string) int {
-		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(label) + `\s+(\d+)\s*$`).FindStringSubmatch(r.stdout)
-		require.NotNil(t, m, "a %q line in %s", label, r.stdout)
-		n, err := strconv.Atoi(m[1])
-		require.NoError(t, err)
-		return n
-	}
-	sum := 0
-	for _, l := range []string{"  granted and released", "  granted, then stolen", "  not available", "  timed out", "  errors"} {
-		sum += num(l)
-	}
-	require.Equal(t, num("requests (by outcome below)"), sum)
+	// The outcome lines add up to the requests, the grants to their modes
+	// and outcomes; the counters are explained.
+	requireTextAddsUp(t, r.stdout)
 	require.Contains(t, r.stdout, "Each request has one outcome")
 	require.Contains(t, r.stdout, "processes killed (--chaos)")
+
+	// The same sums under --chaos (kills between a worker's counters).
+	r = shm(t, nil, "stress", "--duration", "1500ms", "--chaos", "20")
+	require.Equal(t, exitOK, r.code, "stderr: %s", r.stderr)
+	requireTextAddsUp(t, r.stdout)
 
 	// Not on a terminal: a progress line every --progress.
 	r = shm(t, nil, "stress", "--duration", "1s", "--procs", "2", "--progress", "200ms")

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shmlocks/shmlocks/internal/tablemetrics"
@@ -74,14 +75,47 @@ type topFrame struct {
 	sort       topSort
 	keys       bool                 // keys are read (the header says which)
 	command    func(pid int) string // the command of a holder's process ("" unknown); nil: none
+	member     func(pgid int) int   // a running process of a process group (0 none); nil: none
 }
 
-// The columns of a name line after NAME (fixed widths), with and without
-// COMMAND (left out when the terminal is too narrow for it and a name).
-const (
-	topColumns          = "%-5s %10s %8s %-15s %9s %8s %11s %9s"
-	topColumnsNoCommand = "%-5s %10s %8s%.0s %9s %8s %11s %9s"
-)
+// topColumns are the columns of a name line after NAME, in display
+// order, with their widths; drop ranks what a narrow terminal gives up
+// first (1 first; 0 never): the queue (WAITING, LONGEST) stays.
+var topColumns = []struct {
+	head  string
+	width int
+	left  bool
+	drop  int
+}{
+	{"MODE", 5, true, 6},
+	{"TOKEN", 10, false, 3},
+	{"PID", 8, false, 5},
+	{"COMMAND", 15, true, 1},
+	{"HELD FOR", 9, false, 4},
+	{"+HOLDERS", 8, false, 2},
+	{"WAITING", 11, false, 0},
+	{"LONGEST", 9, false, 0},
+}
+
+// topKept returns which topColumns fit beside a NAME of at least 12
+// columns in cols (0: all).
+func topKept(cols int) []bool {
+	keep := make([]bool, len(topColumns))
+	width := 12
+	for i, c := range topColumns {
+		keep[i] = true
+		width += c.width + 1
+	}
+	for rank := 1; cols > 0 && width > cols && rank <= 6; rank++ {
+		for i, c := range topColumns {
+			if c.drop == rank {
+				keep[i] = false
+				width -= c.width + 1
+			}
+		}
+	}
+	return keep
+}
 
 // renderTop writes one frame of the live view: at most f.rows lines, each
 // cut to f.cols columns and followed by clear-to-end-of-line. The names
@@ -100,13 +134,14 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 		u.Entries, g.MaxResources, u.Slots, g.MaxRequests, u.Held, u.Waiting, topAge(st.LongestWait()))
 	add("agents %d/%d (%d dead)  reaps %d (%s/s)  repairs %d", st.Agents, g.MaxAgents, st.Dead, u.Reaps, rate, u.Repairs)
 	add("")
-	// NAME takes what the fixed columns leave of the width (at least 12
+	// NAME takes what the kept columns leave of the width (at least 12
 	// columns), and no more than the longest name needs.
-	columns := topColumns
-	fixed := len(fmt.Sprintf(columns, "", "", "", "", "", "", "", "")) + 1
-	if f.cols > 0 && f.cols-fixed < 12 {
-		columns = topColumnsNoCommand
-		fixed = len(fmt.Sprintf(columns, "", "", "", "", "", "", "", "")) + 1
+	keep := topKept(f.cols)
+	fixed := 0
+	for i, c := range topColumns {
+		if keep[i] {
+			fixed += c.width + 1
+		}
 	}
 	longest := 4
 	for _, n := range st.Names {
@@ -116,8 +151,28 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 	if f.cols > 0 {
 		nameW = min(longest, max(12, f.cols-fixed))
 	}
-	add("%-*s "+columns, nameW, "NAME", "MODE", "TOKEN", "PID", "COMMAND", "HELD FOR", "+HOLDERS", "WAITING", "LONGEST")
+	line := func(name string, cells ...string) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%-*s", nameW, name)
+		for i, c := range topColumns {
+			if !keep[i] {
+				continue
+			}
+			if c.left {
+				fmt.Fprintf(&b, " %-*s", c.width, cells[i])
+			} else {
+				fmt.Fprintf(&b, " %*s", c.width, cells[i])
+			}
+		}
+		return strings.TrimRight(b.String(), " ")
+	}
+	heads := make([]string, len(topColumns))
+	for i, c := range topColumns {
+		heads[i] = c.head
+	}
+	add("%s", line("NAME", heads...))
 	room := f.rows - len(lines)
+	wrapperGone := false
 	for i, n := range st.Names {
 		if room <= 1 && i < len(st.Names)-1 || room <= 0 {
 			add("... %d more names", len(st.Names)-i)
@@ -131,11 +186,25 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 				mode = "shrd"
 			}
 			token = strconv.FormatUint(h.Token, 10)
-			pid = strconv.Itoa(h.PID)
-			if h.Dead {
-				pid += "†"
-			} else if f.command != nil {
-				command = cutColumns(commandCell(f.command(h.PID)), 15)
+			// The process that holds it as it is: for shmlocks exec the
+			// command (its group's running member), "*" when its wrapper
+			// (h.PID) is gone; a dead PID is marked dead.
+			hp := h.PID
+			if h.Group != 0 && h.GroupAlive && f.member != nil {
+				if m := f.member(h.Group); m != 0 {
+					hp = m
+				}
+			}
+			pid = strconv.Itoa(hp)
+			switch {
+			case h.Dead:
+				pid = strconv.Itoa(h.PID) + "†"
+			case f.command != nil:
+				command = cutColumns(commandCell(f.command(hp)), 15)
+			}
+			if !h.Dead && h.Group != 0 && !h.ProcessAlive {
+				pid += "*"
+				wrapperGone = true
 			}
 			held = topAge(h.Held)
 			if len(n.Holders) > 1 {
@@ -147,8 +216,11 @@ func renderTop(w io.Writer, st *tablemetrics.State, f topFrame) {
 			waiting = fmt.Sprintf("%d (%dx/%ds)", n.Waiting, n.WaitingExclusive, n.WaitingShared)
 			longestWait = topAge(n.LongestWait)
 		}
-		add("%-*s "+columns, nameW, cutColumns(quoteName(n.Name), nameW), mode, token, pid, command, held, more, waiting, longestWait)
+		add("%s", line(cutColumns(quoteName(n.Name), nameW), mode, token, pid, command, held, more, waiting, longestWait))
 		room--
+	}
+	if wrapperGone && room > 0 {
+		add("* the shmlocks exec wrapper is gone; its command's process group holds the lock")
 	}
 	if len(st.Names) == 0 {
 		add("(no lock is held or waited for)")
@@ -308,11 +380,12 @@ func runTop(ctx context.Context, src *tableSource, path string, out, in *os.File
 		f.command = func(pid int) string {
 			c, ok := commands[pid]
 			if !ok {
-				c = procCommand(pid)
+				c = procCmdline(pid)
 				commands[pid] = c
 			}
 			return c
 		}
+		f.member = groupMember
 		renderTop(out, &st, f)
 	}
 }

@@ -165,6 +165,7 @@ func TestDumpWatchTerminal(t *testing.T) {
 	pid := strconv.Itoa(os.Getpid())
 	comm := regexp.QuoteMeta(procCommand(os.Getpid()))
 	age := `\d+(\.\d+)?(µs|ms|s)`
+	comm += `[^\n]*?` // the command line, cut to the column
 	require.Regexp(t, regexp.MustCompile(`jobs\s+excl\s+\d+\s+`+pid+`\s+`+comm+`\s+`+age+`\s+1 \(0x/1s\)\s+\S+`), last)
 	require.Regexp(t, `config\s+shrd\s+\d+\s+`+pid+`\s+`+comm+`\s+`+age+`\s+0\s+-`, last)
 	for _, l := range strings.Split(last, "\n") {

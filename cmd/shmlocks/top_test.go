@@ -73,10 +73,32 @@ func TestRenderTopColumnsAndSort(t *testing.T) {
 	require.Contains(t, lines[0], "sorted by name")
 	require.True(t, strings.HasPrefix(lines[5], "a-held-long") && strings.HasPrefix(lines[6], "b-waited") && strings.HasPrefix(lines[7], "c-fresh"), "%q", lines[5:8])
 
+	// 60 columns: TOKEN and +HOLDERS go too; the queue stays.
+	lines = frame(60, sortWait)
+	require.Regexp(t, `^NAME\s+MODE\s+PID\s+HELD FOR\s+WAITING\s+LONGEST$`, lines[4])
+	require.Regexp(t, `^b-waited\s+excl\s+42\s+1s\s+1 \(1x/0s\)\s+3s$`, lines[5])
+
 	lines = frame(80, sortWait)
 	require.NotContains(t, lines[4], "COMMAND", "80 columns: no room for the command beside a name")
 	require.Regexp(t, `^b-waited\s+excl\s+7\s+42\s+1s\s+1 \(1x/0s\)\s+3s$`, lines[5], "the queue columns stay")
 	for _, l := range lines {
 		require.LessOrEqual(t, len([]rune(l)), 80, "%q", l)
 	}
+}
+
+// An exec grant whose wrapper died: the view shows the command's pid (a
+// running member of the co-owning group) and command, marked "*" with a
+// note, never the dead wrapper's pid as the holder.
+func TestRenderTopExecHolder(t *testing.T) {
+	st := &tablemetrics.State{Time: time.Unix(0, 0), Geometry: table.Geometry{MaxResources: 16, MaxRequests: 64, MaxAgents: 8}}
+	st.Names = []tablemetrics.Name{{Name: "job", LongestHold: time.Second,
+		Holders: []tablemetrics.Holder{{Mode: table.ModeExclusive, Token: 3, PID: 1005, Held: time.Second, Group: 2005, GroupAlive: true}}}}
+	var b bytes.Buffer
+	renderTop(&b, st, topFrame{path: "/t", interval: time.Second, cols: 120, rows: 20,
+		command: func(pid int) string { return map[int]string{2005: "sleep 300"}[pid] },
+		member:  func(pgid int) int { return pgid }})
+	out := strings.NewReplacer(escHome, "", escClearEOL, "", escClearEOS, "").Replace(b.String())
+	require.Regexp(t, `job\s+excl\s+3\s+2005\*\s+sleep 300\s+1s`, out)
+	require.NotContains(t, out, "1005")
+	require.Contains(t, out, "* the shmlocks exec wrapper is gone; its command's process group holds the lock")
 }

@@ -22,10 +22,11 @@ func renderWaits(w io.Writer, g *waitgraph.Graph, cycles [][]int) {
 		return fmt.Sprintf("pid %d (client %s)", n.PID, inspect.ClientID(n.Nonce))
 	}
 	fmt.Fprintf(w, "\nwaits for:\n")
+	blocking := blockers(g)
 	for i := g.NHeld; i < len(g.Nodes); i++ {
 		n := &g.Nodes[i]
 		var by []string
-		for _, j := range g.Out[i] {
+		for _, j := range blocking[i-g.NHeld] {
 			what := "holds"
 			if !g.Held(j) {
 				what = "queued ahead"
@@ -40,6 +41,40 @@ func renderWaits(w io.Writer, g *waitgraph.Graph, cycles [][]int) {
 	for k, c := range cycles {
 		fmt.Fprintf(w, "deadlock %d (victim: the first request): %s\n", k+1, g.Describe(c))
 	}
+}
+
+// blockers returns, for each pending node of g (node g.NHeld+k at k),
+// every request it waits for, as PostgreSQL's pg_blocking_pids: the
+// holders of its name whose mode conflicts with its own, then the
+// requests queued ahead of it on its name whose mode conflicts with its
+// own, in queue order. (g's edges are fewer: a queued request reaches the
+// ones ahead of it through each other, which is enough for cycles but
+// not for saying whom a request waits for.)
+func blockers(g *waitgraph.Graph) [][]int {
+	conflict := func(a, b uint32) bool { return a != table.ModeShared || b != table.ModeShared }
+	holders := map[string][]int{}
+	for i := 0; i < g.NHeld; i++ {
+		holders[g.Nodes[i].Name] = append(holders[g.Nodes[i].Name], i)
+	}
+	ahead := map[string][]int{} // per name, the pending nodes so far (queue order)
+	out := make([][]int, len(g.Nodes)-g.NHeld)
+	for i := g.NHeld; i < len(g.Nodes); i++ {
+		n := &g.Nodes[i]
+		var by []int
+		for _, j := range holders[n.Name] {
+			if conflict(n.Mode, g.Nodes[j].Mode) {
+				by = append(by, j)
+			}
+		}
+		for _, j := range ahead[n.Name] {
+			if conflict(n.Mode, g.Nodes[j].Mode) {
+				by = append(by, j)
+			}
+		}
+		ahead[n.Name] = append(ahead[n.Name], i)
+		out[i-g.NHeld] = by
+	}
+	return out
 }
 
 // confirmedCycles reads the graph of the table with its cycles, keeping

@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -96,4 +98,79 @@ func TestDumpWaitsAndCycles(t *testing.T) {
 	require.Contains(t, r.stdout, `on "jobs": pid`)
 	require.Contains(t, r.stdout, fmt.Sprintf(`(client %s) holds`, holder.ClientID()))
 	require.NotContains(t, r.stdout, "deadlock")
+}
+
+// waitsFor is pg_blocking_pids: every request holding the name or queued
+// ahead of it whose mode conflicts. A shared holder, then exclusive X1,
+// shared S2, exclusive X3, shared S4 queued in that order: S2 waits for X1
+// only (the shared holder does not conflict); X3 for the holder, X1 and S2;
+// S4 for X1 and X3, both exclusive requests ahead (before, only X3 was
+// named).
+func TestDumpWaitsForIsBlockingPIDs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "queue.tbl")
+	open := func() *manager.Manager {
+		m, err := manager.Open(path, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := open()
+	l, err := h.Acquire(ctx, "q", manager.RequestOptions{Mode: manager.Shared})
+	require.NoError(t, err)
+	defer l.Release()
+	modes := []manager.Mode{manager.Exclusive, manager.Shared, manager.Exclusive, manager.Shared}
+	ms := make([]*manager.Manager, len(modes))
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, len(modes))
+	for i, mode := range modes {
+		ms[i] = open()
+		go func() {
+			_, err := ms[i].Acquire(wctx, "q", manager.RequestOptions{Mode: mode})
+			done <- err
+		}()
+		waitFor(t, func() bool {
+			s, err := h.Query(ctx)
+			return err == nil && len(s.Pending) == i+1
+		}, "the request to queue")
+	}
+	r := shm(t, nil, "dump", "--json", "--table", path)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var doc struct {
+		WaitsFor []struct {
+			ClientID string `json:"clientId"`
+			WaitsFor []struct {
+				ClientID string `json:"clientId"`
+				Held     bool   `json:"held"`
+			} `json:"waitsFor"`
+		} `json:"waitsFor"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &doc))
+	want := map[string][]string{
+		ms[0].ClientID(): {h.ClientID()}, /* X1: nothing else ahead; the shared holder conflicts */
+		ms[1].ClientID(): {ms[0].ClientID()},
+		ms[2].ClientID(): {h.ClientID(), ms[0].ClientID(), ms[1].ClientID()},
+		ms[3].ClientID(): {ms[0].ClientID(), ms[2].ClientID()},
+	}
+	require.Len(t, doc.WaitsFor, len(modes))
+	for _, w := range doc.WaitsFor {
+		var got []string
+		for _, b := range w.WaitsFor {
+			got = append(got, b.ClientID)
+		}
+		require.Equal(t, want[w.ClientID], got, "waitsFor of %s", w.ClientID)
+	}
+	r = shm(t, nil, "dump", "--table", path)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Contains(t, r.stdout, fmt.Sprintf("(client %s) on \"q\": pid %d (client %s) queued ahead, pid %d (client %s) queued ahead\n",
+		ms[3].ClientID(), os.Getpid(), ms[0].ClientID(), os.Getpid(), ms[2].ClientID()))
+	stop()
+	for range modes {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatal("the waiters did not end")
+		}
+	}
 }

@@ -46,7 +46,14 @@ type Holder struct {
 	// fast grant a moment old, whose time is not written yet.
 	Held  time.Duration
 	Steal bool // granted by a steal
-	Dead  bool // its process is gone (not yet reaped)
+	Dead  bool // its agent is gone: its process (and exec group) gone, not yet reaped
+	// ProcessAlive: PID's process runs. Group is the process group that
+	// co-owns the holder's agent (shmlocks exec's command; 0 none), and
+	// GroupAlive whether a process of it runs: an exec grant whose wrapper
+	// (PID) died is held by that group.
+	ProcessAlive bool
+	Group        int
+	GroupAlive   bool
 }
 
 // Gather reads t's state at now. A table truncated under us gives
@@ -55,12 +62,22 @@ func Gather(t *table.Table, now time.Time) (State, error) {
 	st := State{Time: now, Geometry: t.Geometry()}
 	err := table.Guard(func() error {
 		st.Usage = t.Usage()
-		alive := map[uint32]bool{}
+		type liveness struct {
+			live, process, group bool
+			pgid                 int
+		}
+		alive := map[uint32]liveness{}
 		for _, a := range t.Agents() {
 			st.Agents++
-			ok := a.Live()
-			alive[a.Index] = ok
-			if !ok && a.State == table.AgentAlive {
+			// Alive on the kernel's word (Live); the process and group are
+			// for people: which process holds the agent's locks. An agent
+			// of another PID namespace counts as its own process (its PID
+			// says nothing here).
+			l := liveness{live: a.Live(), pgid: a.CoOwner}
+			l.process = a.OtherPidNS || a.State == table.AgentAlive && table.Alive(table.Identity{PID: a.PID, Start: a.Start, Boot: a.Boot})
+			l.group = a.State == table.AgentAlive && a.CoOwner != 0 && table.GroupAlive(a.CoOwner, a.CoOwnerStart)
+			alive[a.Index] = l
+			if !l.live && a.State == table.AgentAlive {
 				st.Dead++
 			}
 		}
@@ -88,8 +105,9 @@ func Gather(t *table.Table, now time.Time) (State, error) {
 				continue // torn read of a slot being reused
 			}
 			n := get(li.Name)
+			a := alive[li.Agent]
 			h := Holder{Mode: li.Mode, Token: li.Token, PID: li.PID, ClientID: inspect.ClientID(li.Nonce),
-				Held: age(li.Since), Steal: li.Steal, Dead: !alive[li.Agent]}
+				Held: age(li.Since), Steal: li.Steal, Dead: !a.live, ProcessAlive: a.process, Group: a.pgid, GroupAlive: a.group}
 			n.Holders = append(n.Holders, h)
 			n.LongestHold = max(n.LongestHold, h.Held)
 		}

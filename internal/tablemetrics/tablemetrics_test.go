@@ -103,7 +103,7 @@ func TestWrite(t *testing.T) {
 		`shmlocks_lock_waiting{name="x",mode="exclusive"} 1`,
 		`shmlocks_lock_waiting{name="x",mode="shared"} 1`,
 		`shmlocks_lock_holders{name="q\"uote\\back\nline",mode="exclusive"} 1`,
-		`shmlocks_lock_holders{name="bad\\xffutf8",mode="exclusive"} 1`,
+		`shmlocks_lock_holders{name="bad�utf8",name_base64="YmFk/3V0Zjg=",mode="exclusive"} 1`,
 	} {
 		require.Contains(t, out, line+"\n")
 	}
@@ -119,17 +119,20 @@ func TestWrite(t *testing.T) {
 	require.Equal(t, "# HELP shmlocks_table_up 1 if the lock table could be read at this scrape, else 0.\n# TYPE shmlocks_table_up gauge\nshmlocks_table_up 0\n", buf.String())
 }
 
-func TestLabelValue(t *testing.T) {
+func TestNameLabels(t *testing.T) {
 	for in, want := range map[string]string{
-		"plain":       "plain",
-		"a\"b":        `a\"b`,
-		`a\b`:         `a\\b`,
-		"a\nb":        `a\nb`,
-		"\xff":        `\\xff`,
-		"héllo\x00":   "héllo\x00",
-		"orders/2026": "orders/2026",
+		"plain":       `name="plain"`,
+		"a\"b":        `name="a\"b"`,
+		`a\b`:         `name="a\\b"`,
+		"a\nb":        `name="a\nb"`,
+		`\xff`:        `name="\\xff"`,
+		"\xff":        `name="�",name_base64="/w=="`,
+		"\xfe":        `name="�",name_base64="/g=="`,
+		"�":           `name="�"`,
+		"héllo\x00":   "name=\"héllo\x00\"",
+		"orders/2026": `name="orders/2026"`,
 	} {
-		require.Equal(t, want, labelValue(in), "%q", in)
+		require.Equal(t, want, nameLabels(in), "%q", in)
 	}
 }
 

@@ -2,6 +2,7 @@ package tablemetrics
 
 import (
 	"bufio"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -81,8 +82,8 @@ func Write(w io.Writer, st *State, took time.Duration, opts Options) error {
 	return bw.Flush()
 }
 
-// names writes the per-name series, merging names whose label values are
-// equal (see labelValue).
+// names writes the per-name series, one per name: labels (nameLabels)
+// are lossless, so names that differ stay different series.
 func (e *expo) names(names []Name) {
 	type agg struct {
 		holders [2]int
@@ -94,7 +95,7 @@ func (e *expo) names(names []Name) {
 	byLabel := map[string]*agg{}
 	var order []string
 	for _, n := range names {
-		lv := labelValue(n.Name)
+		lv := nameLabels(n.Name)
 		a := byLabel[lv]
 		if a == nil {
 			a = &agg{}
@@ -115,7 +116,7 @@ func (e *expo) names(names []Name) {
 	for _, lv := range order {
 		for m, c := range byLabel[lv].holders {
 			if c > 0 {
-				e.sample(mLockHolders, `name="`+lv+`",mode="`+modes[m]+`"`, float64(c))
+				e.sample(mLockHolders, lv+`,mode="`+modes[m]+`"`, float64(c))
 			}
 		}
 	}
@@ -123,20 +124,20 @@ func (e *expo) names(names []Name) {
 	for _, lv := range order {
 		for m, c := range byLabel[lv].waiting {
 			if c > 0 {
-				e.sample(mLockWaiting, `name="`+lv+`",mode="`+modes[m]+`"`, float64(c))
+				e.sample(mLockWaiting, lv+`,mode="`+modes[m]+`"`, float64(c))
 			}
 		}
 	}
 	e.family(mLockWait, "gauge", "Age of the oldest queued request on a lock name.")
 	for _, lv := range order {
 		if a := byLabel[lv]; a.waiting[0]+a.waiting[1] > 0 {
-			e.sample(mLockWait, `name="`+lv+`"`, a.wait.Seconds())
+			e.sample(mLockWait, lv, a.wait.Seconds())
 		}
 	}
 	e.family(mLockHold, "gauge", "Age of the oldest current grant on a lock name, granted at once or from the queue.")
 	for _, lv := range order {
 		if a := byLabel[lv]; a.held {
-			e.sample(mLockHold, `name="`+lv+`"`, a.hold.Seconds())
+			e.sample(mLockHold, lv, a.hold.Seconds())
 		}
 	}
 }
@@ -165,28 +166,24 @@ func escapeHelp(s string) string {
 	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
 }
 
-// labelValue is name as an escaped label value: valid UTF-8 (each invalid
-// byte written as \xHH), with backslash, double quote and newline escaped as
-// the format requires.
-func labelValue(name string) string {
-	var b strings.Builder
-	for i := 0; i < len(name); {
-		r, size := utf8.DecodeRuneInString(name[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&b, `\\x%02x`, name[i])
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '"':
-			b.WriteString(`\"`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		default:
-			b.WriteString(name[i : i+size])
-		}
-		i += size
+// nameLabels are the labels of a lock name: name="NAME", the name as a
+// label value (escaped as the format requires). A label value must be
+// valid UTF-8, which a lock name need not be: a name that is not has each
+// invalid byte as U+FFFD in name, and its exact bytes in a second label,
+// name_base64 (as dump --json's nameBase64). Two names that differ never
+// share their labels: before, the invalid byte 0xff and the four
+// characters \xff were written alike.
+func nameLabels(name string) string {
+	if utf8.ValidString(name) {
+		return `name="` + labelValue(name) + `"`
 	}
-	return b.String()
+	return `name="` + labelValue(strings.ToValidUTF8(name, "\uFFFD")) + `",name_base64="` + base64.StdEncoding.EncodeToString([]byte(name)) + `"`
+}
+
+// labelValue is s, valid UTF-8, as an escaped label value: backslash,
+// double quote and newline escaped as the format requires.
+func labelValue(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
 }
 
 // Handler serves the metrics of the table open returns, opened afresh when
