@@ -293,7 +293,7 @@ func (d *deathWatch) grow(need int) {
 
 // watchTimeout bounds a watcher's wait: a wake the kernel gave to a thread
 // that was killed before passing it on is picked up by then.
-const watchTimeout = 250 * time.Millisecond
+const watchTimeout = time.Second
 
 // waitv waits on ws (futex_waitv, Linux 5.16) up to watchTimeout; it returns
 // the index of the word woken, or an error (EAGAIN: a value had changed,
