@@ -73,7 +73,7 @@ type BackendGrant struct {
 // Open remains the default. Path of such a Manager returns "", and Check
 // returns nil.
 func NewBackendManager(b Backend) *Manager {
-	return &Manager{lifecycle: lifecycle{
+	return &Manager{life: lifecycle{
 		be:       b,
 		clientID: b.ClientID(),
 		maxName:  b.MaxNameLen(),
@@ -131,7 +131,7 @@ func (m *Manager) acquireBackend(ctx context.Context, name string, opts RequestO
 		*lp = nil
 		return err
 	}
-	g, err := m.be.Acquire(ctx, name, opts)
+	g, err := m.life.be.Acquire(ctx, name, opts)
 	if err != nil {
 		*lp = nil
 		return err
@@ -166,7 +166,7 @@ func (m *Manager) requestBackend(ctx context.Context, name string, opts RequestO
 // (held) and is now l's alone to set.
 func (l *Lock) releaseBackend(word uint64) error {
 	m := l.m
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return fmt.Errorf("release %q: %w", l.name, ErrClosed) // Close released it
 	}
 	// ext was set before the Lock was handed out and never changes: a
@@ -176,7 +176,7 @@ func (l *Lock) releaseBackend(word uint64) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrClosed) || m.closed.Load():
+	case errors.Is(err, ErrClosed) || m.life.closed.Load():
 		l.state.Store(word&^stateMask | lockClosed)
 		return fmt.Errorf("release %q: %w", l.name, err)
 	case errors.Is(err, ErrStolen):
@@ -192,13 +192,13 @@ func (l *Lock) releaseBackend(word uint64) error {
 
 // closeBackend is Close on a backend Manager (closed already set).
 func (m *Manager) closeBackend() error {
-	close(m.closing)
-	return m.be.Close()
+	close(m.life.closing)
+	return m.life.be.Close()
 }
 
 // queryBackend is Query on a backend Manager (closed and ctx checked).
 func (m *Manager) queryBackend(ctx context.Context) (Snapshot, error) {
-	snap, err := m.be.Query(ctx)
+	snap, err := m.life.be.Query(ctx)
 	if snap.Held == nil {
 		snap.Held = []LockInfo{}
 	}
@@ -220,13 +220,13 @@ func (m *Manager) queryBackend(ctx context.Context) (Snapshot, error) {
 // work on every backend; State, WaitUnlocked, Watch and WaitGraph on a
 // backend that implements BackendObserver and BackendWaitGrapher.
 func (m *Manager) tableOnly(op string) error {
-	if m.be == nil {
-		if m.t == nil {
+	if m.life.be == nil {
+		if m.life.t == nil {
 			return errNeverOpened
 		}
 		return nil
 	}
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return ErrClosed
 	}
 	return fmt.Errorf("%w: %s needs the table backend", ErrNotSupported, op)
@@ -268,7 +268,7 @@ type BackendHold struct {
 func CarriedHolds(ctx context.Context, b Backend) []BackendHold {
 	var out []BackendHold
 	eachCarried(ctx, 64, func(l *Lock) bool {
-		if l.m == nil || l.m.be != b || !l.heldNow() {
+		if l.m == nil || l.m.life.be != b || !l.heldNow() {
 			return true
 		}
 		if h := (BackendHold{Name: l.name, Token: l.token}); !slices.Contains(out, h) {
@@ -281,10 +281,10 @@ func CarriedHolds(ctx context.Context, b Backend) []BackendHold {
 
 // observer returns the BackendObserver of a backend Manager, or why not.
 func (m *Manager) observer(op string) (BackendObserver, error) {
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return nil, ErrClosed
 	}
-	o, ok := m.be.(BackendObserver)
+	o, ok := m.life.be.(BackendObserver)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s: the backend cannot observe names", ErrNotSupported, op)
 	}
@@ -341,10 +341,10 @@ func (m *Manager) watchBackend(ctx context.Context, name string) (<-chan NameSta
 // waitGraphBackend is WaitGraph on a backend Manager.
 func (m *Manager) waitGraphBackend(ctx context.Context) (WaitGraph, error) {
 	wg := WaitGraph{Waits: []WaitInfo{}, Cycles: [][]WaitNode{}}
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return wg, ErrClosed
 	}
-	g, ok := m.be.(BackendWaitGrapher)
+	g, ok := m.life.be.(BackendWaitGrapher)
 	if !ok {
 		return wg, fmt.Errorf("%w: WaitGraph: the backend has no wait-for graph", ErrNotSupported)
 	}

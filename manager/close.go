@@ -16,26 +16,26 @@ func (m *Manager) Close() error {
 	if m.unopened() {
 		return errNeverOpened
 	}
-	if m.closed.Swap(true) {
+	if m.life.closed.Swap(true) {
 		return nil
 	}
-	if m.be != nil {
+	if m.life.be != nil {
 		return m.closeBackend()
 	}
-	close(m.closing)
+	close(m.life.closing)
 	// Wake every parked request: it sees closed at its next look and
 	// returns ErrClosed. (A parked request does not wait on closing: a
 	// channel every parked goroutine selects on is a lock they all take
 	// at every park and wake-up.)
 	m.pokeAll()
-	m.mu.Lock()
+	m.waits.mu.Lock()
 	m.stopDones() // a park after this one sees closed and does not register
-	m.mu.Unlock()
+	m.waits.mu.Unlock()
 	// A fault on the mapping (the file truncated under us) may have
 	// unwound an operation between enter and leave: the count is then not
 	// to be trusted, so the wait is bounded like the one below.
-	for start := time.Now(); m.inflight.Load() != 0; {
-		if m.faulted.Load() && time.Since(start) > time.Second {
+	for start := time.Now(); m.life.inflight.Load() != 0; {
+		if m.life.faulted.Load() && time.Since(start) > time.Second {
 			break
 		}
 		time.Sleep(10 * time.Microsecond)
@@ -52,17 +52,17 @@ func (m *Manager) Close() error {
 	// A fast acquire claims nothing: it looks at closed after its CAS and
 	// gives the lock back itself if it finds it set, while Deregister
 	// releases every fast hold it finds (see acquire).
-	pollUntil(time.Second, func() bool { return m.t.ClaimsSettled(m.a) })
+	pollUntil(time.Second, func() bool { return m.life.t.ClaimsSettled(m.life.a) })
 	m.reaper.Stop()
 	m.bell.Close()
-	m.bg.Wait()
+	m.life.bg.Wait()
 	// The watched locks are lost before the table lets anyone else have
 	// their names: their Lost channels close, fn's ctxs are cancelled and
 	// their child grants end first.
 	m.held.takeAll(func(l *Lock) { l.markLost(l.state.Load(), lockClosed) })
 	var w table.Wakes
 	err := table.Guard(func() error {
-		err := m.t.Deregister(m.a, &w)
+		err := m.life.t.Deregister(m.life.a, &w)
 		m.deliver(&w)
 		return err
 	})
@@ -70,7 +70,7 @@ func (m *Manager) Close() error {
 	// garbage (a cleanup registered by Open unmaps it), so that a Release
 	// racing with this Close reads valid memory: it finds its slot freed by
 	// the deregistration and does nothing.
-	if cerr := m.t.CloseFile(); err == nil {
+	if cerr := m.life.t.CloseFile(); err == nil {
 		err = cerr
 	}
 	return err
@@ -81,7 +81,7 @@ func (m *Manager) Close() error {
 // it), and every parked request is poked, to meet the fault in its own
 // guarded goroutine and return ErrCorrupt.
 func (m *Manager) noteFault() {
-	m.faulted.Store(true)
+	m.life.faulted.Store(true)
 	m.noteErr("read", fmt.Errorf("%w: a read of the mapping faulted (file truncated under us?)", ErrCorrupt))
 	m.pokeAll()
 }

@@ -23,10 +23,10 @@ import (
 // processes it started in its group (docs/cli.md). A process that leaves
 // the group (setsid, setpgid) no longer keeps the lock.
 func (m *Manager) SetCoOwner(pgid int) error {
-	if m.t == nil && m.be == nil {
+	if m.life.t == nil && m.life.be == nil {
 		return errNeverOpened
 	}
-	if m.be != nil {
+	if m.life.be != nil {
 		return fmt.Errorf("co-owner process group %d: %w by this backend", pgid, ErrNotSupported)
 	}
 	var start uint64
@@ -40,7 +40,7 @@ func (m *Manager) SetCoOwner(pgid int) error {
 		return ErrClosed
 	}
 	defer m.leave()
-	err := table.Guard(func() error { return m.a.SetCoOwner(pgid, start) })
+	err := table.Guard(func() error { return m.life.a.SetCoOwner(pgid, start) })
 	if err != nil {
 		return fmt.Errorf("co-owner process group %d: %w", pgid, err)
 	}
@@ -57,10 +57,10 @@ func (m *Manager) SetCoOwner(pgid int) error {
 // inherited descriptor. shmlocks exec hands one to its command. Linux
 // only (elsewhere ErrNotSupported); one at a time per Manager.
 func (m *Manager) KeepAliveFile() (*os.File, error) {
-	if m.t == nil && m.be == nil {
+	if m.life.t == nil && m.life.be == nil {
 		return nil, errNeverOpened
 	}
-	if m.be != nil || !shm.HasOFDLocks {
+	if m.life.be != nil || !shm.HasOFDLocks {
 		return nil, fmt.Errorf("keep-alive file: %w here", ErrNotSupported)
 	}
 	if !m.enter() {
@@ -68,7 +68,7 @@ func (m *Manager) KeepAliveFile() (*os.File, error) {
 	}
 	defer m.leave()
 	var f *os.File
-	err := table.Guard(func() (err error) { f, err = m.a.KeepAliveFile(); return err })
+	err := table.Guard(func() (err error) { f, err = m.life.a.KeepAliveFile(); return err })
 	if err != nil {
 		return nil, fmt.Errorf("keep-alive file: %w", err)
 	}
@@ -79,11 +79,11 @@ func (m *Manager) KeepAliveFile() (*os.File, error) {
 // (KeepAliveFile) is still open in some process, this one included: the
 // agent would then outlive this process.
 func (m *Manager) KeepAliveHeld() bool {
-	if m.t == nil || m.be != nil || !m.enter() {
+	if m.life.t == nil || m.life.be != nil || !m.enter() {
 		return false
 	}
 	defer m.leave()
 	held := false
-	table.Guard(func() error { held = m.a.KeepAliveHeld(); return nil })
+	table.Guard(func() error { held = m.life.a.KeepAliveHeld(); return nil })
 	return held
 }

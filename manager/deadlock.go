@@ -101,9 +101,9 @@ func (m *Manager) parkChecked(w *waiter) {
 	m.dl.armed = true
 	w.dl.due = m.dl.epoch + 2
 	if m.dl.timer == nil {
-		m.dl.timer = time.AfterFunc(m.deadlock/2, m.deadlockRound)
+		m.dl.timer = time.AfterFunc(m.cfg.deadlock/2, m.deadlockRound)
 	} else {
-		m.dl.timer.Reset(m.deadlock / 2)
+		m.dl.timer.Reset(m.cfg.deadlock / 2)
 	}
 }
 
@@ -117,7 +117,7 @@ func (m *Manager) tagCarried(w *waiter, holds []table.Ref) {
 	// A table error here (a latch held too long) leaves some holds
 	// untagged: cycles through them go unseen; the wait reports it.
 	var wk table.Wakes
-	m.t.TagHolds(m.a, holds, table.TaskTag(w.ref), &wk)
+	m.life.t.TagHolds(m.life.a, holds, table.TaskTag(w.ref), &wk)
 	m.deliver(&wk)
 	m.leave()
 	w.dl.tagged = holds
@@ -131,7 +131,7 @@ func (m *Manager) untagCarried(w *waiter) {
 	defer m.leave()
 	table.Guard(func() error {
 		var wk table.Wakes
-		_, err := m.t.TagHolds(m.a, w.dl.tagged, 0, &wk)
+		_, err := m.life.t.TagHolds(m.life.a, w.dl.tagged, 0, &wk)
 		m.deliver(&wk)
 		return err
 	})
@@ -154,7 +154,7 @@ func (m *Manager) checkDeadlock(ctx context.Context, name string, w *waiter) (to
 		return 0, nil, false // the parking loop reports ErrClosed
 	}
 	var wk table.Wakes
-	out, token, err := m.t.Abort(m.a, ref, &wk)
+	out, token, err := m.life.t.Abort(m.life.a, ref, &wk)
 	if !wk.Empty() {
 		m.deliver(&wk)
 	}
@@ -178,26 +178,26 @@ func (m *Manager) checkDeadlock(ctx context.Context, name string, w *waiter) (to
 // until the next park arms them (parkChecked).
 func (m *Manager) deadlockRound() {
 	var ws []roundWaiter
-	m.mu.Lock()
+	m.waits.mu.Lock()
 	m.dl.epoch++
 	m.eachWaiter(func(w *waiter) {
 		if w.dl.due <= m.dl.epoch && w.dl.verdict.Load() == nil {
 			ws = append(ws, roundWaiter{w, w.ref})
 		}
 	})
-	m.mu.Unlock()
+	m.waits.mu.Unlock()
 	if len(ws) > 0 {
 		// A table error (a latch held too long, corruption) skips this
 		// round; the waiters meet the error themselves.
 		table.Guard(func() error { return m.checkRound(ws) })
 	}
-	m.mu.Lock()
-	if m.nwait > 0 && !m.closed.Load() {
-		m.dl.timer.Reset(m.deadlock / 2)
+	m.waits.mu.Lock()
+	if m.waits.nwait > 0 && !m.life.closed.Load() {
+		m.dl.timer.Reset(m.cfg.deadlock / 2)
 	} else {
 		m.dl.armed = false
 	}
-	m.mu.Unlock()
+	m.waits.mu.Unlock()
 }
 
 // roundWaiter is a parked request a round checks: its waiter and the
@@ -214,12 +214,12 @@ type roundWaiter struct {
 // its waiter is still registered for it (m.mu): a request whose wait ended
 // meanwhile is no cycle's member any more, and its waiter may serve another.
 func (m *Manager) giveVerdict(rw roundWaiter, msg string) {
-	m.mu.Lock()
+	m.waits.mu.Lock()
 	if w := rw.w; w.q != nil && w.ref == rw.ref { // registered (m.mu), for that request
 		w.dl.verdict.Store(&msg)
 		w.poke()
 	}
-	m.mu.Unlock()
+	m.waits.mu.Unlock()
 }
 
 // checkRound checks parked requests ws of this Manager.
@@ -260,7 +260,7 @@ func (m *Manager) checkRound(ws []roundWaiter) error {
 // snapshot reads the table (each bucket under its latch): the
 // waitgraph.Reader of this Manager.
 func (m *Manager) snapshot() (held, pending []table.LockInfo, err error) {
-	return m.t.Snapshot(m.a)
+	return m.life.t.Snapshot(m.life.a)
 }
 
 // WaitGraph is who waits for whom in the table at one moment: for every
@@ -289,13 +289,13 @@ type WaitNode struct {
 // WaitGraph reads the wait-for graph of the table (after reaping dead agents).
 func (m *Manager) WaitGraph(ctx context.Context) (WaitGraph, error) {
 	wg := WaitGraph{Waits: []WaitInfo{}, Cycles: [][]WaitNode{}}
-	if m.be != nil {
+	if m.life.be != nil {
 		return m.waitGraphBackend(ctx)
 	}
-	if m.t == nil {
+	if m.life.t == nil {
 		return wg, errNeverOpened
 	}
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return wg, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {

@@ -56,20 +56,20 @@ const maxIdleDones = 4
 // (m.mu held). It reports whether w is registered: then w's park need not
 // select on done.
 func (m *Manager) watchDone(ctx context.Context, done <-chan struct{}, w *waiter) bool {
-	dw := m.dones[done]
+	dw := m.dw.dones[done]
 	if dw == nil {
-		if m.lastDone != done {
-			m.lastDone = done // seen once: the park selects on it this time
+		if m.dw.lastDone != done {
+			m.dw.lastDone = done // seen once: the park selects on it this time
 			return false
 		}
-		if m.closed.Load() {
+		if m.life.closed.Load() {
 			return false // Close stops the registrations; a late one would leak
 		}
 		dw = &doneWatch{done: done}
-		m.dones[done] = dw
+		m.dw.dones[done] = dw
 		dw.stop = context.AfterFunc(ctx, func() { m.doneFired(dw) })
 	} else if dw.n == 0 {
-		m.nidle-- // idle no more
+		m.dw.nidle-- // idle no more
 	}
 	dw.n++
 	w.dw = dw
@@ -103,10 +103,10 @@ func (m *Manager) unwatchDone(w *waiter) {
 	if dw.n > 0 || dw.gone {
 		return
 	}
-	m.doneIdleSeq++
-	dw.idle = m.doneIdleSeq
-	m.nidle++
-	if m.nidle > maxIdleDones {
+	m.dw.doneIdleSeq++
+	dw.idle = m.dw.doneIdleSeq
+	m.dw.nidle++
+	if m.dw.nidle > maxIdleDones {
 		m.evictIdleDone()
 	}
 }
@@ -114,7 +114,7 @@ func (m *Manager) unwatchDone(w *waiter) {
 // evictIdleDone stops the registration idle for the longest (m.mu held).
 func (m *Manager) evictIdleDone() {
 	var old *doneWatch
-	for _, dw := range m.dones {
+	for _, dw := range m.dw.dones {
 		if dw.n == 0 && (old == nil || dw.idle < old.idle) {
 			old = dw
 		}
@@ -122,8 +122,8 @@ func (m *Manager) evictIdleDone() {
 	if old == nil {
 		return
 	}
-	delete(m.dones, old.done)
-	m.nidle--
+	delete(m.dw.dones, old.done)
+	m.dw.nidle--
 	old.stop()
 }
 
@@ -131,13 +131,13 @@ func (m *Manager) evictIdleDone() {
 // registered with it (each sees ctx.Done() closed and aborts) and drops
 // the registration.
 func (m *Manager) doneFired(dw *doneWatch) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.waits.mu.Lock()
+	defer m.waits.mu.Unlock()
 	dw.gone = true
-	if m.dones[dw.done] == dw {
-		delete(m.dones, dw.done)
+	if m.dw.dones[dw.done] == dw {
+		delete(m.dw.dones, dw.done)
 		if dw.n == 0 {
-			m.nidle--
+			m.dw.nidle--
 		}
 	}
 	for w := dw.head; w != nil; w = w.dnext {
@@ -148,10 +148,10 @@ func (m *Manager) doneFired(dw *doneWatch) {
 // stopDones stops every done watch (Close; m.mu held). Parks still
 // registered are woken by Close's pokes and unregister as they leave.
 func (m *Manager) stopDones() {
-	for done, dw := range m.dones {
-		delete(m.dones, done)
+	for done, dw := range m.dw.dones {
+		delete(m.dw.dones, done)
 		if dw.n == 0 {
-			m.nidle--
+			m.dw.nidle--
 		}
 		dw.gone = true // its last park must not count it idle
 		dw.stop()

@@ -21,9 +21,9 @@ func TestDoneWatchWakesSharedContext(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(tctx)
 	defer cancel()
-	m.mu.Lock()
-	m.lastDone = ctx.Done() // as if a park with ctx came before: every park below registers
-	m.mu.Unlock()
+	m.waits.mu.Lock()
+	m.dw.lastDone = ctx.Done() // as if a park with ctx came before: every park below registers
+	m.waits.mu.Unlock()
 	const n = 4
 	errs := make(chan error, n)
 	for range n {
@@ -38,9 +38,9 @@ func TestDoneWatchWakesSharedContext(t *testing.T) {
 		parked, watched := ParkedCount(m)
 		return parked == n && watched == n
 	}, 5*time.Second, time.Millisecond, "every request parks registered")
-	m.mu.Lock()
-	nd := len(m.dones)
-	m.mu.Unlock()
+	m.waits.mu.Lock()
+	nd := len(m.dw.dones)
+	m.waits.mu.Unlock()
 	require.Equal(t, 1, nd, "one watch for the shared Done channel")
 
 	cancel()
@@ -54,9 +54,9 @@ func TestDoneWatchWakesSharedContext(t *testing.T) {
 			t.Fatal("a parked request was not woken by its context")
 		}
 	}
-	m.mu.Lock()
-	nd, ni := len(m.dones), m.nidle
-	m.mu.Unlock()
+	m.waits.mu.Lock()
+	nd, ni := len(m.dw.dones), m.dw.nidle
+	m.waits.mu.Unlock()
 	require.Zero(t, nd, "the fired watch is dropped")
 	require.Zero(t, ni)
 	require.NoError(t, held.Release())
@@ -81,8 +81,8 @@ func TestDoneWatchIdleBound(t *testing.T) {
 	var ctxs []context.Context
 	var watches []*doneWatch
 	func() {
-		m.mu.Lock()
-		defer m.mu.Unlock() // also when an assertion fails: Close takes it
+		m.waits.mu.Lock()
+		defer m.waits.mu.Unlock() // also when an assertion fails: Close takes it
 		for i := range 3 * maxIdleDones {
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
@@ -95,13 +95,13 @@ func TestDoneWatchIdleBound(t *testing.T) {
 			watches = append(watches, w.dw)
 			leave(w)
 			require.Nil(t, w.dw)
-			require.LessOrEqual(t, m.nidle, maxIdleDones)
-			require.Len(t, m.dones, m.nidle, "every registration is idle")
+			require.LessOrEqual(t, m.dw.nidle, maxIdleDones)
+			require.Len(t, m.dw.dones, m.dw.nidle, "every registration is idle")
 		}
-		require.Equal(t, maxIdleDones, m.nidle)
+		require.Equal(t, maxIdleDones, m.dw.nidle)
 		// The oldest idle ones were stopped: their contexts no longer fire them.
 		for i, dw := range watches {
-			_, kept := m.dones[dw.done]
+			_, kept := m.dw.dones[dw.done]
 			require.Equal(t, i >= len(watches)-maxIdleDones, kept, "watch %d", i)
 		}
 		// An idle watch is reused by the next park with its channel.
@@ -109,14 +109,14 @@ func TestDoneWatchIdleBound(t *testing.T) {
 		w, ok := park(last, 100)
 		require.True(t, ok)
 		require.Same(t, watches[len(watches)-1], w.dw)
-		require.Equal(t, maxIdleDones-1, m.nidle)
+		require.Equal(t, maxIdleDones-1, m.dw.nidle)
 		leave(w)
 	}()
 
 	require.NoError(t, m.Close())
-	m.mu.Lock()
-	nd, ni := len(m.dones), m.nidle
-	m.mu.Unlock()
+	m.waits.mu.Lock()
+	nd, ni := len(m.dw.dones), m.dw.nidle
+	m.waits.mu.Unlock()
 	require.Zero(t, nd, "Close stops every watch")
 	require.Zero(t, ni)
 	for _, dw := range watches {

@@ -10,16 +10,16 @@ import (
 // Internals the tests of this package (and its external test package) use.
 
 // Table returns the table behind m.
-func (m *Manager) Table() *table.Table { return m.t }
+func (m *Manager) Table() *table.Table { return m.life.t }
 
 // Agent returns m's agent record.
-func (m *Manager) Agent() *table.Agent { return m.a }
+func (m *Manager) Agent() *table.Agent { return m.life.a }
 
 // ParkedCount returns how many requests of m are parked, and how many of
 // them are registered with a done watch.
 func ParkedCount(m *Manager) (parked, watched int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.waits.mu.Lock()
+	defer m.waits.mu.Unlock()
 	m.eachWaiter(func(w *waiter) {
 		parked++
 		if w.dw != nil {
@@ -53,15 +53,15 @@ var ClosedParkHook = &closedParkHook
 // RoundsStopped reports whether m has no parked request and no deadlock
 // round scheduled.
 func RoundsStopped(m *Manager) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return !m.dl.armed && m.nwait == 0
+	m.waits.mu.Lock()
+	defer m.waits.mu.Unlock()
+	return !m.dl.armed && m.waits.nwait == 0
 }
 
 // RoundsEpoch is the number of deadlock rounds m has run.
 func RoundsEpoch(m *Manager) uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.waits.mu.Lock()
+	defer m.waits.mu.Unlock()
 	return m.dl.epoch
 }
 

@@ -110,10 +110,10 @@ func (f Fairness) tableBound() time.Duration {
 // created with, whatever this Manager's OpenOptions asked for. FIFO on a
 // Manager of another backend.
 func (m *Manager) Fairness() Fairness {
-	if m.t == nil {
+	if m.life.t == nil {
 		return FIFO
 	}
-	if d := m.t.Bound(); d > 0 {
+	if d := m.life.t.Bound(); d > 0 {
 		return Bounded(d)
 	}
 	return FIFO
@@ -128,13 +128,13 @@ func (m *Manager) Fairness() Fairness {
 // also takes). It reports whether ref holds the name now.
 func (m *Manager) takeTurn(ref table.Ref, rearm bool) bool {
 	if rearm {
-		m.t.MarkParked(ref, true)
+		m.life.t.MarkParked(ref, true)
 	}
 	if !m.enter() {
 		return false // the parking loop reports ErrClosed
 	}
 	var w table.Wakes
-	ok, _ := m.t.TakeTurn(m.a, ref, &w) // an error: the next look at the slot decides
+	ok, _ := m.life.t.TakeTurn(m.life.a, ref, &w) // an error: the next look at the slot decides
 	if !w.Empty() {
 		m.deliver(&w)
 	}

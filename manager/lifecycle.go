@@ -29,15 +29,15 @@ type lifecycle struct {
 
 // enter marks a table operation in progress; false if the Manager is closed.
 func (m *Manager) enter() bool {
-	m.inflight.Add(1)
-	if m.closed.Load() {
-		m.inflight.Add(-1)
+	m.life.inflight.Add(1)
+	if m.life.closed.Load() {
+		m.life.inflight.Add(-1)
 		return false
 	}
 	return true
 }
 
-func (m *Manager) leave() { m.inflight.Add(-1) }
+func (m *Manager) leave() { m.life.inflight.Add(-1) }
 
 // pollUntil looks at done every 10 µs until it says true or bound has passed.
 func pollUntil(bound time.Duration, done func() bool) {

@@ -224,7 +224,7 @@ func (l *Lock) watch() {
 	// A fault on the mapping (the file truncated under us) leaves l
 	// registered: the bell loop's scans, guarded too, keep looking.
 	var fault error
-	defer table.EndGuard(table.BeginGuard(), &fault, m.faultFn)
+	defer table.EndGuard(table.BeginGuard(), &fault, m.wk.faultFn)
 	e := m.held.store(l.ref.Slot, l.ref.Serial, l)
 	if l.st() != lockHeld {
 		// Released (or lost) between the CAS and the Store, too early for
@@ -307,19 +307,19 @@ func (l *Lock) release(word uint64) error {
 		}
 		reg = m.held.drop(l.ref.Slot, l)
 	}
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return fmt.Errorf("release %q: %w", l.name, ErrClosed) // Close released it
 	}
 	// No in-flight count here (the uncontended path saves two atomic adds):
 	// a Close racing with this Release leaves the mapping valid (see Close)
 	// and frees our slot, so the table finds it no longer ours and does nothing.
-	poked, err := m.tableRelease(l.ref, m.bounded && m.turnDue(l.token))
+	poked, err := m.tableRelease(l.ref, m.cfg.bounded && m.turnDue(l.token))
 	switch {
 	case err == nil:
-		if m.handOver { // one plain load on every Release; the rest is a call
+		if m.cfg.handOver { // one plain load on every Release; the rest is a call
 			m.afterRelease(poked > 0) // hand the P to a sibling we granted (turns.go)
 		}
-		if l.token%yieldCheckOps == 0 && m.spin > 0 {
+		if l.token%yieldCheckOps == 0 && m.cfg.spin > 0 {
 			// Give up the CPU between an unlock and the next lock, never
 			// while holding or queued, so that the kernel rarely needs to
 			// preempt this process at a worse moment (see Manager.wait).
@@ -330,7 +330,7 @@ func (l *Lock) release(word uint64) error {
 			}
 		}
 		return nil
-	case m.closed.Load():
+	case m.life.closed.Load():
 		l.state.Store(word&^stateMask | lockClosed)
 		return fmt.Errorf("release %q: %w", l.name, ErrClosed)
 	case errors.Is(err, table.ErrStolen), errors.Is(err, table.ErrNotHeld):
@@ -358,12 +358,12 @@ func (l *Lock) release(word uint64) error {
 // ErrCorrupt: the Lock then stays held and releasable, as for any table
 // error.
 func (m *Manager) tableRelease(ref table.Ref, turn bool) (poked int, err error) {
-	defer table.EndGuard(table.BeginGuard(), &err, m.faultFn)
+	defer table.EndGuard(table.BeginGuard(), &err, m.wk.faultFn)
 	var w table.Wakes
 	if turn {
-		err = m.t.ReleaseTurn(m.a, ref, &w) // turns.go
+		err = m.life.t.ReleaseTurn(m.life.a, ref, &w) // turns.go
 	} else {
-		err = m.t.Release(m.a, ref, &w)
+		err = m.life.t.Release(m.life.a, ref, &w)
 	}
 	if !w.Empty() {
 		poked = m.deliver(&w)

@@ -114,7 +114,7 @@ func carriedRefs(ctx context.Context) []table.Ref {
 // sortedNames validates names (in the contract's order: closed, then each
 // name and the options, then ctx) and returns them sorted, without duplicates.
 func (m *Manager) sortedNames(ctx context.Context, names []string, opts RequestOptions) ([]string, error) {
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return nil, ErrClosed
 	}
 	if len(names) == 0 {

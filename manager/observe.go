@@ -75,7 +75,7 @@ func (s NameState) Grantable(mode Mode) bool {
 // is Request's (closed, name, ctx). A dead holder is shown until it is reaped.
 func (m *Manager) State(ctx context.Context, name string) (NameState, error) {
 	st := NameState{Name: name, Held: []RequestState{}, Pending: []RequestState{}}
-	if m.be != nil {
+	if m.life.be != nil {
 		return m.stateBackend(ctx, name)
 	}
 	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
@@ -84,7 +84,7 @@ func (m *Manager) State(ctx context.Context, name string) (NameState, error) {
 	if !m.enter() {
 		return st, ErrClosed
 	}
-	ni, err := m.t.Name(m.a, name, table.Hash(name))
+	ni, err := m.life.t.Name(m.life.a, name, table.Hash(name))
 	m.leave()
 	if err != nil {
 		return st, fmt.Errorf("state of lock %q: %w", name, err)
@@ -121,7 +121,7 @@ func requestStates(in []table.LockInfo) []RequestState {
 // then ctx. While it waits it uses one request slot (ErrTableFull when none
 // is free).
 func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) error {
-	if m.be != nil {
+	if m.life.be != nil {
 		return m.waitUnlockedBackend(ctx, name, mode)
 	}
 	if err := m.validate(ctx, name, RequestOptions{Mode: mode}); err != nil {
@@ -132,7 +132,7 @@ func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) erro
 	if !m.enter() {
 		return ErrClosed
 	}
-	ready, err := m.t.Ready(m.a, name, h, uint32(mode))
+	ready, err := m.life.t.Ready(m.life.a, name, h, uint32(mode))
 	m.leave()
 	if err != nil || ready {
 		return wrapName("wait for lock", name, err)
@@ -151,7 +151,7 @@ func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) erro
 		case <-o.ch:
 		case <-ctx.Done():
 			return fmt.Errorf("%w: wait for lock %q: %w", ErrAborted, name, ctx.Err())
-		case <-m.closing:
+		case <-m.life.closing:
 			return fmt.Errorf("wait for lock %q: %w", name, ErrClosed)
 		}
 	}
@@ -170,7 +170,7 @@ func (m *Manager) WaitUnlocked(ctx context.Context, name string, mode Mode) erro
 // tokens, but a watched name's locks take the latched path instead of the
 // uncontended one.
 func (m *Manager) Watch(ctx context.Context, name string) (<-chan NameState, error) {
-	if m.be != nil {
+	if m.life.be != nil {
 		return m.watchBackend(ctx, name)
 	}
 	if err := m.validate(ctx, name, RequestOptions{}); err != nil {
@@ -200,12 +200,12 @@ func (m *Manager) follow(ctx context.Context, o *observer, out chan NameState) {
 		ok, read := false, false
 		err := table.Guard(func() error {
 			var err error
-			gen, found := m.t.WatchGen(m.a, o.ref)
+			gen, found := m.life.t.WatchGen(m.life.a, o.ref)
 			if ok = found; !ok {
 				return nil
 			}
 			if read = first || gen != last; read {
-				ni, err = m.t.Name(m.a, o.name, table.Hash(o.name))
+				ni, err = m.life.t.Name(m.life.a, o.name, table.Hash(o.name))
 				o.looks.Add(1)
 				m.obs.looks.Add(1)
 			}
@@ -235,7 +235,7 @@ func (m *Manager) follow(ctx context.Context, o *observer, out chan NameState) {
 		case <-o.ch:
 		case <-ctx.Done():
 			return
-		case <-m.closing:
+		case <-m.life.closing:
 			return
 		}
 	}
@@ -263,20 +263,20 @@ type observers struct {
 // returns nil, nil when mode is not ModeAny and a request in it would be
 // granted at once (nothing is left in the table).
 func (m *Manager) observe(name string, h uint64, mode uint32) (o *observer, err error) {
-	defer table.EndGuard(table.BeginGuard(), &err, m.faultFn)
-	ref, err := m.t.Claim(m.a, h)
+	defer table.EndGuard(table.BeginGuard(), &err, m.wk.faultFn)
+	ref, err := m.life.t.Claim(m.life.a, h)
 	if err != nil {
 		return nil, err
 	}
-	if m.closed.Load() || !m.enter() {
-		m.t.FreeClaimed(m.a, ref)
+	if m.life.closed.Load() || !m.enter() {
+		m.life.t.FreeClaimed(m.life.a, ref)
 		return nil, ErrClosed
 	}
 	defer m.leave()
 	o = &observer{ref: ref, name: name, ch: make(chan struct{}, 1), linked: true}
 	// Counted as parked before it is linked: whoever changes the name after
 	// the link reads parked after its change, and sends the doorbell byte.
-	atomic.AddUint32(m.a.Parked(), 1)
+	atomic.AddUint32(m.life.a.Parked(), 1)
 	m.obs.mu.Lock()
 	if m.obs.m == nil {
 		m.obs.m = map[uint32]*observer{}
@@ -285,7 +285,7 @@ func (m *Manager) observe(name string, h uint64, mode uint32) (o *observer, err 
 	m.obs.n.Add(1)
 	m.obs.mu.Unlock()
 	var w table.Wakes
-	out, err := m.t.Watch(m.a, ref, name, h, mode, time.Now().UnixNano(), &w)
+	out, err := m.life.t.Watch(m.life.a, ref, name, h, mode, time.Now().UnixNano(), &w)
 	m.deliver(&w)
 	if err != nil || out != table.WatchLinked {
 		o.linked = false
@@ -301,13 +301,13 @@ func (m *Manager) observe(name string, h uint64, mode uint32) (o *observer, err 
 // again if gen moved meanwhile, so that a change is never missed between
 // the look and the wait.
 func (o *observer) check(m *Manager) (out table.WatchOutcome, err error) {
-	defer table.EndGuard(table.BeginGuard(), &err, m.faultFn)
+	defer table.EndGuard(table.BeginGuard(), &err, m.wk.faultFn)
 	for {
 		if !m.enter() {
 			return table.WatchRemoved, ErrClosed
 		}
 		var w table.Wakes
-		out, gen, err := m.t.WatchCheck(m.a, o.ref, &w)
+		out, gen, err := m.life.t.WatchCheck(m.life.a, o.ref, &w)
 		m.deliver(&w)
 		o.looks.Add(1)
 		m.obs.looks.Add(1)
@@ -322,7 +322,7 @@ func (o *observer) check(m *Manager) (out table.WatchOutcome, err error) {
 			return table.WatchRemoved, err
 		}
 		o.gen.Store(gen)
-		now, ok := m.t.WatchGen(m.a, o.ref)
+		now, ok := m.life.t.WatchGen(m.life.a, o.ref)
 		m.leave()
 		if ok && now == gen {
 			return table.WatchLinked, nil
@@ -337,7 +337,7 @@ func (m *Manager) unobserve(o *observer) {
 	if o.linked && m.enter() {
 		table.Guard(func() error {
 			var w table.Wakes
-			m.t.Unwatch(m.a, o.ref, &w)
+			m.life.t.Unwatch(m.life.a, o.ref, &w)
 			m.deliver(&w)
 			return nil
 		})
@@ -353,9 +353,9 @@ func (m *Manager) drop(o *observer) {
 	if m.obs.m[o.ref.Slot] == o {
 		delete(m.obs.m, o.ref.Slot)
 		m.obs.n.Add(-1)
-		if !m.closed.Load() { // after Close the record may be another agent's
+		if !m.life.closed.Load() { // after Close the record may be another agent's
 			// Guarded: the file may have been truncated under us.
-			table.Guard(func() error { atomic.AddUint32(m.a.Parked(), ^uint32(0)); return nil })
+			table.Guard(func() error { atomic.AddUint32(m.life.a.Parked(), ^uint32(0)); return nil })
 		}
 	}
 	m.obs.mu.Unlock()
@@ -371,7 +371,7 @@ func (m *Manager) scanObservers() {
 	m.obs.mu.Lock()
 	defer m.obs.mu.Unlock() // also when a read of a truncated file faults (Guard)
 	for _, o := range m.obs.m {
-		if gen, ok := m.t.WatchGen(m.a, o.ref); !ok || gen != o.gen.Load() {
+		if gen, ok := m.life.t.WatchGen(m.life.a, o.ref); !ok || gen != o.gen.Load() {
 			o.poke()
 		}
 	}

@@ -56,19 +56,19 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 	}
 	nonce := binary.NativeEndian.Uint64(nb[:]) | 1
 	m := &Manager{
-		lifecycle: lifecycle{
+		life: lifecycle{
 			t:        t,
 			maxName:  t.Geometry().MaxNameLen,
 			path:     path,
 			clientID: inspect.ClientID(nonce),
 			closing:  make(chan struct{}),
 		},
-		settings: settings{spin: spin, handOver: (o.HandOver || t.Bound() > 0) && spin > 0, bounded: t.Bound() > 0, deadlock: deadlock},
-		held:     newRegistry(t.Slots()),
+		cfg:  settings{spin: spin, handOver: (o.HandOver || t.Bound() > 0) && spin > 0, bounded: t.Bound() > 0, deadlock: deadlock},
+		held: newRegistry(t.Slots()),
 	}
-	m.bySlot = newSlotIndex[waiter](t.Slots())
-	m.queues = map[string]*waitList{}
-	m.dones = map[<-chan struct{}]*doneWatch{}
+	m.waits.bySlot = newSlotIndex[waiter](t.Slots())
+	m.waits.queues = map[string]*waitList{}
+	m.dw.dones = map[<-chan struct{}]*doneWatch{}
 	m.log.l, m.log.path = o.Logger, path
 	if m.log.l == nil {
 		m.log.l = discard
@@ -82,19 +82,19 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		t.Close()
 		return nil, fmt.Errorf("open %s: doorbell: %w", path, err)
 	}
-	m.ringFn = m.ring
-	m.pokeFn = m.pokeSlot
-	m.faultFn = m.noteFault
-	t.SetRinger(m.ringFn)
+	m.wk.ringFn = m.ring
+	m.wk.pokeFn = m.pokeSlot
+	m.wk.faultFn = m.noteFault
+	t.SetRinger(m.wk.ringFn)
 	err = table.Guard(func() error {
-		m.a, err = t.Register(table.Self(), nonce)
+		m.life.a, err = t.Register(table.Self(), nonce)
 		if err != nil {
 			return err
 		}
-		m.a.InFlight = &m.inflight
+		m.life.a.InFlight = &m.life.inflight
 		var w table.Wakes
-		_, err = t.ReapDead(m.a, &w)
-		t.Deliver(&w, m.ringFn)
+		_, err = t.ReapDead(m.life.a, &w)
+		t.Deliver(&w, m.wk.ringFn)
 		m.refreshView(m.mono()) // the waiting policy's first view of the machine (waitpolicy.go)
 		if err == nil && t.StaleBoot() {
 			t.MarkBoot()
@@ -107,11 +107,11 @@ func Open(path string, opts *OpenOptions) (*Manager, error) {
 		t.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	m.reaper = wake.NewReaper(t, m.a, m.bell, wakeHost{m})
-	m.bg.Add(1)
+	m.reaper = wake.NewReaper(t, m.life.a, m.bell, wakeHost{m})
+	m.life.bg.Add(1)
 	go func() {
-		defer m.bg.Done()
-		m.bell.Run(wakeHost{m}, m.a)
+		defer m.life.bg.Done()
+		m.bell.Run(wakeHost{m}, m.life.a)
 	}()
 	runtime.AddCleanup(m, func(t *table.Table) { t.Close() }, t)
 	return m, nil

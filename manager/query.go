@@ -30,13 +30,13 @@ func (m *Manager) Query(ctx context.Context) (Snapshot, error) {
 	if m.unopened() {
 		return snap, errNeverOpened
 	}
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return snap, ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return snap, fmt.Errorf("%w: query: %w", ErrAborted, err)
 	}
-	if m.be != nil {
+	if m.life.be != nil {
 		return m.queryBackend(ctx)
 	}
 	if err := m.reap(); err != nil {
@@ -45,7 +45,7 @@ func (m *Manager) Query(ctx context.Context) (Snapshot, error) {
 	if !m.enter() {
 		return snap, ErrClosed
 	}
-	held, pending, err := m.t.Snapshot(m.a)
+	held, pending, err := m.life.t.Snapshot(m.life.a)
 	m.leave()
 	if err != nil {
 		m.noteErr("query", err)

@@ -14,7 +14,7 @@ func (m *Manager) reap() error {
 	defer m.leave()
 	err := table.Guard(func() error {
 		var w table.Wakes
-		n, err := m.t.ReapDead(m.a, &w)
+		n, err := m.life.t.ReapDead(m.life.a, &w)
 		m.deliver(&w)
 		if n > 0 {
 			m.scanWaiters(true) // a dead agent may have granted to us and died before ringing
@@ -27,7 +27,7 @@ func (m *Manager) reap() error {
 
 // reapOne reaps agent idx if it is dead.
 func (m *Manager) reapOne(idx uint32) {
-	m.reapAgent(idx, func() (bool, uint64) { return m.t.AgentDeadWord(idx) })
+	m.reapAgent(idx, func() (bool, uint64) { return m.life.t.AgentDeadWord(idx) })
 }
 
 // reapAgent reaps agent idx if dead says it is dead, with the record's word.
@@ -42,7 +42,7 @@ func (m *Manager) reapAgent(idx uint32, dead func() (bool, uint64)) {
 			return nil
 		}
 		var w table.Wakes
-		err := m.t.Reap(m.a, idx, word, &w)
+		err := m.life.t.Reap(m.life.a, idx, word, &w)
 		m.deliver(&w)
 		// The dead agent may have granted to us and died before ringing.
 		m.scanWaiters(true)
@@ -60,12 +60,12 @@ func (m *Manager) reapHolders(name string, h uint64) bool {
 	if now-last < int64(time.Millisecond) || !m.lastInWay.CompareAndSwap(last, now) {
 		return false
 	}
-	agents := m.t.AgentsInWay(m.a, name, h)
+	agents := m.life.t.AgentsInWay(m.life.a, name, h)
 	reaped := false
 	var w table.Wakes
 	for _, idx := range agents {
-		if dead, word := m.t.AgentDeadWord(idx); dead {
-			if m.t.Reap(m.a, idx, word, &w) == nil {
+		if dead, word := m.life.t.AgentDeadWord(idx); dead {
+			if m.life.t.Reap(m.life.a, idx, word, &w) == nil {
 				reaped = true
 			}
 		}

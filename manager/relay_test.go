@@ -29,8 +29,8 @@ func TestRelayReadiesNextLocalRequest(t *testing.T) {
 	if a.onOneCPU() {
 		t.Skip("one CPU: nothing is readied to spin (spinStep parks)")
 	}
-	require.Greater(t, a.agents.Load(), a.usable.Load(), "the table is not crowded")
-	require.Equal(t, int32(2), a.procs.Load())
+	require.Greater(t, a.view.agents.Load(), a.view.usable.Load(), "the table is not crowded")
+	require.Equal(t, int32(2), a.view.procs.Load())
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
 
@@ -65,15 +65,15 @@ func TestRelayReadiesNextLocalRequest(t *testing.T) {
 	}
 	// a's sleepers, as its wait list has them (queue order), and their
 	// requests: a's requests behind the two that spin on arrival.
-	a.mu.Lock()
-	q := a.queues["n"]
+	a.waits.mu.Lock()
+	q := a.waits.queues["n"]
 	require.NotNil(t, q, "no request of a sleeps")
 	var sleepers []*waiter
 	for w := q.head; w != nil; w = w.next {
 		require.False(t, w.spun.Load())
 		sleepers = append(sleepers, w)
 	}
-	a.mu.Unlock()
+	a.waits.mu.Unlock()
 	require.Len(t, sleepers, 5, "a's requests 2, 4, 6, 7 and 8 sleep")
 	// The grant of request i readies sleeper next[i]: at each, at least 2
 	// (GOMAXPROCS) of a's requests still wait (relays). Not at 7's: only 8

@@ -30,7 +30,7 @@ type RequestOptions struct {
 // then carries nothing.
 func (m *Manager) Request(ctx context.Context, name string, opts RequestOptions,
 	fn func(ctx context.Context, l *Lock) error) error {
-	if m.be != nil {
+	if m.life.be != nil {
 		return m.requestBackend(ctx, name, opts, fn)
 	}
 	var ref table.Ref
@@ -126,7 +126,7 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts RequestOptions)
 // sets *lp to nil. Neither it nor Release retains the Lock: keep it so, or
 // every Acquire allocates (TestAcquireOnTheStack).
 func (m *Manager) acquireNew(ctx context.Context, name string, opts RequestOptions, lp **Lock) error {
-	if m.be != nil { // the backend seam: one field load and a predictable branch
+	if m.life.be != nil { // the backend seam: one field load and a predictable branch
 		return m.acquireBackend(ctx, name, opts, lp)
 	}
 	var ref table.Ref
@@ -157,13 +157,13 @@ func (m *Manager) acquireNew(ctx context.Context, name string, opts RequestOptio
 
 // validate applies the contract's order: closed, then name and options, then ctx.
 func (m *Manager) validate(ctx context.Context, name string, opts RequestOptions) error {
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return ErrClosed
 	}
 	if len(name) > 0 && name[0] == '-' && !internalCtx(ctx) {
 		return fmt.Errorf("%w: lock name %q starts with '-'", ErrNotSupported, name)
 	}
-	if max := m.maxName; len(name) > max || max == 0 {
+	if max := m.life.maxName; len(name) > max || max == 0 {
 		if m.unopened() {
 			return errNeverOpened
 		}
@@ -193,7 +193,7 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 	// The file may be truncated under us (the mapping then faults): the
 	// fault becomes ErrCorrupt, and the Manager stops trusting its count
 	// of operations in flight, which the fault may have left raised.
-	defer table.EndGuard(table.BeginGuard(), &err, m.faultFn)
+	defer table.EndGuard(table.BeginGuard(), &err, m.wk.faultFn)
 	if err := m.validate(ctx, name, opts); err != nil {
 		return table.Ref{}, 0, err
 	}
@@ -204,16 +204,16 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 		// claim and no in-flight count. Close sets closed before it
 		// releases our fast holds, and we look at closed after our CAS:
 		// either Close finds this hold, or we see closed and give it back.
-		ref, token, out := m.t.AcquireFast(m.a, name, h, &w)
+		ref, token, out := m.life.t.AcquireFast(m.life.a, name, h, &w)
 		if !w.Empty() {
 			m.deliver(&w)
 		}
 		if out == table.Granted {
-			if m.closed.Load() {
+			if m.life.closed.Load() {
 				// Give it back; if a latch holder had moved it into the
 				// held list meanwhile, the release grants the next waiter,
 				// who must be rung.
-				m.t.Release(m.a, ref, &w)
+				m.life.t.Release(m.life.a, ref, &w)
 				m.deliver(&w)
 				return table.Ref{}, 0, ErrClosed
 			}
@@ -231,17 +231,17 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 	// A slot for the latched path. The claim is what Close waits for
 	// instead of an in-flight count (ClaimsSettled): a claim made before
 	// Close set closed is seen by it, one made after sees closed here.
-	ref, err = m.t.Claim(m.a, h)
+	ref, err = m.life.t.Claim(m.life.a, h)
 	if err != nil {
 		m.noteErr("acquire", err)
 		return table.Ref{}, 0, fmt.Errorf("lock %q: %w", name, err)
 	}
-	if m.closed.Load() {
-		m.t.FreeClaimed(m.a, ref)
+	if m.life.closed.Load() {
+		m.life.t.FreeClaimed(m.life.a, ref)
 		return table.Ref{}, 0, ErrClosed
 	}
 	if !m.enter() {
-		m.t.FreeClaimed(m.a, ref)
+		m.life.t.FreeClaimed(m.life.a, ref)
 		return table.Ref{}, 0, ErrClosed
 	}
 	// One latched attempt that grants or queues, unless this Manager may be
@@ -249,8 +249,8 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 	// the first attempt only grants, and a request that finds the name
 	// taken yields if it is due before it queues with a second attempt.
 	// Either way an attempt that grants reads no clock.
-	twoSteps := !opts.Steal && !opts.IfAvailable && m.spin > 0 && m.mayYield()
-	ref, out, token, err := m.t.AcquireClaimed(m.a, ref, name, h, uint32(opts.Mode), opts.IfAvailable || twoSteps, opts.Steal, &w)
+	twoSteps := !opts.Steal && !opts.IfAvailable && m.cfg.spin > 0 && m.mayYield()
+	ref, out, token, err := m.life.t.AcquireClaimed(m.life.a, ref, name, h, uint32(opts.Mode), opts.IfAvailable || twoSteps, opts.Steal, &w)
 	if out == table.NotAvailable && err == nil && twoSteps {
 		// The name is taken. Yield outside the queue if this Manager has
 		// not given up its CPU for yieldEvery: let the other runnable
@@ -266,11 +266,11 @@ func (m *Manager) acquire(ctx context.Context, name string, opts RequestOptions)
 				return table.Ref{}, 0, ErrClosed
 			}
 		}
-		ref, out, token, err = m.t.Acquire(m.a, name, h, uint32(opts.Mode), false, false, &w)
+		ref, out, token, err = m.life.t.Acquire(m.life.a, name, h, uint32(opts.Mode), false, false, &w)
 	}
 	if out == table.NotAvailable && err == nil && m.reapHolders(name, h) {
 		// A holder in the way was dead: it has been reaped, try once more.
-		ref, out, token, err = m.t.Acquire(m.a, name, h, uint32(opts.Mode), opts.IfAvailable, opts.Steal, &w)
+		ref, out, token, err = m.life.t.Acquire(m.life.a, name, h, uint32(opts.Mode), opts.IfAvailable, opts.Steal, &w)
 	}
 	if !w.Empty() {
 		m.deliver(&w)

@@ -3,7 +3,6 @@ package manager
 import (
 	"sync/atomic"
 
-	"github.com/shmlocks/shmlocks/manager/internal/wake"
 	"github.com/shmlocks/shmlocks/table"
 )
 
@@ -11,13 +10,11 @@ import (
 // wake the parked requests whose slot changed or that became the head of
 // their queue, and mark lost the held locks that were stolen.
 
-// wakes are how a Manager is woken and wakes others: its doorbell and the
-// bell loop that waits on it, the death watcher, and the functions a
-// grant's wakes are delivered with (bound once, so that a delivery
-// allocates nothing).
+// wakes are how a Manager wakes others and scans for its own wake-ups: the
+// functions a grant's wakes are delivered with (bound once, so that a
+// delivery allocates nothing) and the sequence words at the last scan. Its
+// doorbell and death watcher are the Manager's bell and reaper.
 type wakes struct {
-	bell     *wake.Bell
-	reaper   *wake.Reaper
 	ringFn   func(agent uint32, nonce uint64) // ring
 	pokeFn   func(slot uint32)                // pokeSlot
 	faultFn  func()                           // noteFault (EndGuard's onFault)
@@ -29,12 +26,12 @@ type wakes struct {
 // the waiters whose slot changed and marks lost the locks that were stolen.
 // With force it looks even if the sequence words did not change.
 func (m *Manager) scan(force bool) {
-	bell := atomic.LoadUint32(m.a.Bell())
-	if m.lastBell.Swap(bell) != bell || force {
+	bell := atomic.LoadUint32(m.life.a.Bell())
+	if m.wk.lastBell.Swap(bell) != bell || force {
 		m.scanWaiters(force)
 	}
-	stl := atomic.LoadUint32(m.a.StealSeq())
-	if m.lastStl.Swap(stl) != stl || force {
+	stl := atomic.LoadUint32(m.life.a.StealSeq())
+	if m.wk.lastStl.Swap(stl) != stl || force {
 		m.scanHeld()
 	}
 }
@@ -46,15 +43,15 @@ func (m *Manager) scan(force bool) {
 // remove requests anywhere in a queue, and on the periodic safety scan).
 func (m *Manager) scanWaiters(all bool) {
 	m.scanObservers() // a ring may be for a watch (observe.go)
-	m.mu.Lock()
-	defer m.mu.Unlock() // also when a read of a truncated file faults (Guard)
-	for _, q := range m.queues {
+	m.waits.mu.Lock()
+	defer m.waits.mu.Unlock() // also when a read of a truncated file faults (Guard)
+	for _, q := range m.waits.queues {
 		for w := q.head; w != nil; w = w.next {
-			st, _, ok := m.t.Status(m.a, w.ref)
+			st, _, ok := m.life.t.Status(m.life.a, w.ref)
 			waiting := ok && st == table.SlotWaiting
 			// A head of a bounded table is poked even after it spun: it may
 			// have been left its name (fairness.go).
-			if !waiting || ((!w.spun.Load() || m.bounded) && m.t.IsHead(m.a, w.ref)) {
+			if !waiting || ((!w.spun.Load() || m.cfg.bounded) && m.life.t.IsHead(m.life.a, w.ref)) {
 				w.poke()
 			}
 			if waiting && !all {
@@ -67,9 +64,9 @@ func (m *Manager) scanWaiters(all bool) {
 // pokeAll asks every parked waiter (and watch) to look at its slot again.
 func (m *Manager) pokeAll() {
 	m.pokeObservers()
-	m.mu.Lock()
+	m.waits.mu.Lock()
 	m.eachWaiter(func(w *waiter) { w.poke() })
-	m.mu.Unlock()
+	m.waits.mu.Unlock()
 }
 
 // scanHeld marks lost every registered lock whose slot is no longer held by
@@ -90,30 +87,30 @@ func (m *Manager) loseIfGone(slot uint32, e *regEntry) {
 	if word&stateMask != lockHeld || m.held.load(slot) != e {
 		return // released, re-granted elsewhere, or registered anew
 	}
-	if m.t.Holds(m.a, table.Ref{Slot: slot, Serial: e.serial}) {
+	if m.life.t.Holds(m.life.a, table.Ref{Slot: slot, Serial: e.serial}) {
 		return
 	}
-	st, serial, mine := m.t.SlotState(m.a, slot)
+	st, serial, mine := m.life.t.SlotState(m.life.a, slot)
 	if l.markLost(word, lockStolen) {
 		// Lost for good (a Lock serves one grant), so its name is stable.
 		m.noteLost(l)
 		m.held.dropEntry(slot, e)
 		if mine && st == table.SlotStolen && serial == e.serial {
-			m.t.FreeStolen(m.a, table.Ref{Slot: slot, Serial: serial})
+			m.life.t.FreeStolen(m.life.a, table.Ref{Slot: slot, Serial: serial})
 		}
 	}
 }
 
 // ring is called by Deliver for an agent that must be woken.
 func (m *Manager) ring(agent uint32, nonce uint64) {
-	if m.a != nil && agent == m.a.Idx {
+	if m.life.a != nil && agent == m.life.a.Idx {
 		m.scan(false)
 		return
 	}
-	if !m.t.SameNetNS(agent) {
+	if !m.life.t.SameNetNS(agent) {
 		// Its abstract doorbell may not exist in this network namespace:
 		// ring through the table (its sentinel thread wakes on it).
-		m.t.RingAcross(agent)
+		m.life.t.RingAcross(agent)
 	}
 	m.bell.Ring(nonce)
 }
@@ -122,7 +119,7 @@ func (m *Manager) ring(agent uint32, nonce uint64) {
 // or made the head is poked directly (pokeSlot), every other agent rung.
 // It returns how many requests of ours it poked.
 func (m *Manager) deliver(w *table.Wakes) int {
-	return m.t.DeliverLocal(w, m.a.Idx, m.pokeFn, m.ringFn)
+	return m.life.t.DeliverLocal(w, m.life.a.Idx, m.wk.pokeFn, m.wk.ringFn)
 }
 
 // pokeSlot pokes the parked waiter of ours at slot s, if any. A waiter
@@ -130,7 +127,7 @@ func (m *Manager) deliver(w *table.Wakes) int {
 // at its slot again, so a poke for a waiter that has just left (or for
 // the next request parked at the same slot) costs one look.
 func (m *Manager) pokeSlot(s uint32) {
-	if w := m.bySlot.load(s); w != nil {
+	if w := m.waits.bySlot.load(s); w != nil {
 		w.poke()
 	}
 }
@@ -145,8 +142,8 @@ func (h wakeHost) NoteFault()         { h.m.noteFault() }
 func (h wakeHost) ReapAll()           { h.m.reap() }
 func (h wakeHost) ReapOne(idx uint32) { h.m.reapOne(idx) }
 func (h wakeHost) Busy() bool {
-	h.m.mu.Lock()
-	n := h.m.nwait
-	h.m.mu.Unlock()
+	h.m.waits.mu.Lock()
+	n := h.m.waits.nwait
+	h.m.waits.mu.Unlock()
 	return n > 0 || h.m.watching()
 }

@@ -24,7 +24,7 @@ func init() {
 // (shmlocks dump, the prom Collector) read the table behind it.
 func tableOf(x any) (*table.Table, *table.Agent) {
 	if m, _ := x.(*Manager); m != nil {
-		return m.t, m.a
+		return m.life.t, m.life.a
 	}
 	return nil, nil
 }
@@ -32,18 +32,18 @@ func tableOf(x any) (*table.Table, *table.Agent) {
 // bucketOf is seam.Open for m, which must be a *Manager.
 func bucketOf(x any, feature string) (seam.Bucket, error) {
 	m, _ := x.(*Manager)
-	if m == nil || m.t == nil && m.be == nil {
+	if m == nil || m.life.t == nil && m.life.be == nil {
 		return seam.Bucket{}, fmt.Errorf("%w: %s: not an opened Manager", ErrClosed, feature)
 	}
-	if m.closed.Load() {
+	if m.life.closed.Load() {
 		return seam.Bucket{}, ErrClosed
 	}
-	b := seam.Bucket{MaxNameLen: m.maxName, Validate: m.validateName}
-	if m.be == nil {
-		b.Store = seam.NewFileStore(m.path+"."+feature, feature, m.fence)
+	b := seam.Bucket{MaxNameLen: m.life.maxName, Validate: m.validateName}
+	if m.life.be == nil {
+		b.Store = seam.NewFileStore(m.life.path+"."+feature, feature, m.fence)
 		return b, nil
 	}
-	p, ok := m.be.(seam.StoreProvider)
+	p, ok := m.life.be.(seam.StoreProvider)
 	if !ok {
 		return seam.Bucket{}, m.tableOnly(feature)
 	}
@@ -83,7 +83,7 @@ func (m *Manager) fence(g seam.Grant, write func() error) error {
 		return fmt.Errorf("fence %q: %w", l.name, ErrStolen)
 	}
 	held := false
-	if err := table.Guard(func() error { held = m.t.Holds(m.a, l.ref); return nil }); err != nil {
+	if err := table.Guard(func() error { held = m.life.t.Holds(m.life.a, l.ref); return nil }); err != nil {
 		return err
 	}
 	if !held {

@@ -67,7 +67,7 @@ func TestSpinnersCounted(t *testing.T) {
 		return ch
 	}
 	aborted := acquire(abortCtx)
-	require.Eventually(t, func() bool { return m.spinners.Load() == 1 }, eventually, time.Millisecond)
+	require.Eventually(t, func() bool { return m.view.spinners.Load() == 1 }, eventually, time.Millisecond)
 	cancel()
 	var r result
 	select {
@@ -76,13 +76,13 @@ func TestSpinnersCounted(t *testing.T) {
 		t.Fatal("the request aborted while spinning did not return")
 	}
 	require.ErrorIs(t, r.err, ErrAborted)
-	require.Zero(t, m.spinners.Load())
+	require.Zero(t, m.view.spinners.Load())
 	check(t, m)
 
 	// Granted while spinning: the holder's release (this goroutine, a
 	// goroutine of the spinner's own process) must get a P meanwhile.
 	granted := acquire(ctx)
-	require.Eventually(t, func() bool { return m.spinners.Load() == 1 }, eventually, time.Millisecond)
+	require.Eventually(t, func() bool { return m.view.spinners.Load() == 1 }, eventually, time.Millisecond)
 	require.NoError(t, held.Release())
 	select {
 	case r = <-granted:
@@ -90,7 +90,7 @@ func TestSpinnersCounted(t *testing.T) {
 		t.Fatal("the spinning request was not granted")
 	}
 	require.NoError(t, r.err)
-	require.Zero(t, m.spinners.Load())
+	require.Zero(t, m.view.spinners.Load())
 	require.NoError(t, r.l.Release())
 	check(t, m)
 }
@@ -137,7 +137,7 @@ func TestSpinWindowBoundsSpinners(t *testing.T) {
 	// machine may not run one while we look), within a bound.
 	var most int32
 	for start := time.Now(); (time.Since(start) < 300*time.Millisecond || most == 0) && time.Since(start) < 10*time.Second; {
-		most = max(most, m.spinners.Load())
+		most = max(most, m.view.spinners.Load())
 		runtime.Gosched()
 	}
 	stop.Store(true)
@@ -151,6 +151,6 @@ func TestSpinWindowBoundsSpinners(t *testing.T) {
 	for g := range n {
 		require.Positive(t, grants[g].Load(), "goroutine %d was never granted", g)
 	}
-	require.Zero(t, m.spinners.Load())
+	require.Zero(t, m.view.spinners.Load())
 	check(t, m)
 }

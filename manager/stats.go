@@ -227,8 +227,8 @@ func (m *Manager) Stats() (Stats, error) {
 		st.Steals, st.LocksLost = s.steals.Load(), s.lost.Load()
 		st.Reaps, st.Repairs, st.Corrupt = s.reaps.Load(), s.repairs.Load(), s.corrupt.Load()
 	}
-	st.Geometry = m.t.Geometry()
-	if err := table.Guard(func() error { st.Usage = m.t.Usage(); return nil }); err != nil {
+	st.Geometry = m.life.t.Geometry()
+	if err := table.Guard(func() error { st.Usage = m.life.t.Usage(); return nil }); err != nil {
 		m.noteErr("stats", err)
 		return st, fmt.Errorf("stats: %w", err)
 	}

@@ -63,7 +63,7 @@ const turnBatchBounded = 256
 
 // batch is this Manager's turnBatch.
 func (m *Manager) batch() uint64 {
-	if m.bounded {
+	if m.cfg.bounded {
 		return turnBatchBounded
 	}
 	return turnBatch
@@ -74,18 +74,18 @@ func (m *Manager) batch() uint64 {
 // m.handOver, so that the default Release makes no call); handedOver: it
 // poked a sleeping request of ours.
 func (m *Manager) afterRelease(handedOver bool) {
-	if !handedOver && m.yielding.Load() == 0 {
+	if !handedOver && m.turn.yielding.Load() == 0 {
 		return // the uncontended path: one load
 	}
-	if !m.bounded && m.agents.Load() > m.usable.Load() {
+	if !m.cfg.bounded && m.view.agents.Load() > m.view.usable.Load() {
 		return // a crowded FIFO table (as last refreshed)
 	}
-	if !handedOver && m.turns.Add(1)%m.batch() != 0 {
+	if !handedOver && m.turn.turns.Add(1)%m.batch() != 0 {
 		return
 	}
-	m.yielding.Add(1)
+	m.turn.yielding.Add(1)
 	m.gosched()
-	m.yielding.Add(-1)
+	m.turn.yielding.Add(-1)
 }
 
 // Turns on a bounded table (table.ReleaseTurn): on a crowded table, every
@@ -109,7 +109,7 @@ func (m *Manager) turnDue(token uint64) bool {
 	if h := testhooks.TurnEvery.Load(); h != 0 {
 		return token%h == 0 && m.ownWaiting()
 	}
-	return token%turnEvery == 0 && m.agents.Load() > m.usable.Load() && m.ownWaiting()
+	return token%turnEvery == 0 && m.view.agents.Load() > m.view.usable.Load() && m.ownWaiting()
 }
 
 // turnState is the Manager's part of the turn rules.

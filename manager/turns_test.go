@@ -28,14 +28,14 @@ func TestTurns(t *testing.T) {
 	// releases the hold, and returns how many yields the release made.
 	handOver := func(t *testing.T, m *Manager) int32 {
 		var yields atomic.Int32
-		m.yieldHook = func() { yields.Add(1) }
-		m.lastYield.Store(m.mono() + int64(time.Hour)) // no due yield (a bounded table's gives the P too): only hand-overs count
+		m.turn.yieldHook = func() { yields.Add(1) }
+		m.view.lastYield.Store(m.mono() + int64(time.Hour)) // no due yield (a bounded table's gives the P too): only hand-overs count
 		l, err := m.Acquire(ctx, "n", RequestOptions{})
 		require.NoError(t, err)
 		done := acquireReleased(ctx, m, "n")
 		// Parked, not spinning: only a sleeper is poked.
 		deadline := time.Now().Add(eventually)
-		for atomic.LoadUint32(m.a.Parked()) == 0 {
+		for atomic.LoadUint32(m.life.a.Parked()) == 0 {
 			require.True(t, time.Now().Before(deadline), "the second request never parked")
 			runtime.Gosched()
 		}
@@ -53,9 +53,9 @@ func TestTurns(t *testing.T) {
 	t.Run("off by default", func(t *testing.T) {
 		m := openM(t, tablePath(t), nil)
 		require.Zero(t, handOver(t, m))
-		m.yielding.Store(1) // as if a sibling sat in a hand-over yield
+		m.turn.yielding.Store(1) // as if a sibling sat in a hand-over yield
 		var yields atomic.Int32
-		m.yieldHook = func() { yields.Add(1) }
+		m.turn.yieldHook = func() { yields.Add(1) }
 		for range 2 * turnBatch {
 			l, err := m.Acquire(ctx, "n", RequestOptions{})
 			require.NoError(t, err)
@@ -66,12 +66,12 @@ func TestTurns(t *testing.T) {
 	t.Run("crowded", func(t *testing.T) {
 		path := tablePath(t)
 		m := openM(t, path, on(OpenOptions{}))
-		for range int(m.usable.Load()) {
+		for range int(m.view.usable.Load()) {
 			openM(t, path, nil) // more agents than m's usable CPUs
 		}
-		m.cpuAt.Store(0)
+		m.view.cpuAt.Store(0)
 		m.refreshView(m.mono())
-		require.Greater(t, m.agents.Load(), m.usable.Load())
+		require.Greater(t, m.view.agents.Load(), m.view.usable.Load())
 		require.Zero(t, handOver(t, m))
 	})
 	t.Run("crowded, bounded", func(t *testing.T) {
@@ -79,12 +79,12 @@ func TestTurns(t *testing.T) {
 		o := OpenOptions{Fairness: Bounded(time.Hour)}
 		o.MaxResources, o.MaxRequests, o.MaxAgents, o.MaxNameLen = 64, 256, 32, 64
 		m := openM(t, path, &o)
-		for range int(m.usable.Load()) {
+		for range int(m.view.usable.Load()) {
 			openM(t, path, nil)
 		}
-		m.cpuAt.Store(0)
+		m.view.cpuAt.Store(0)
 		m.refreshView(m.mono())
-		require.Greater(t, m.agents.Load(), m.usable.Load())
+		require.Greater(t, m.view.agents.Load(), m.view.usable.Load())
 		require.EqualValues(t, 1, handOver(t, m), "a bounded table hands over, crowded or not")
 	})
 	t.Run("bounded: on without the option", func(t *testing.T) {
@@ -112,7 +112,7 @@ func turnTaking(t *testing.T, m *Manager, batch int) {
 	ctx, cancel := context.WithTimeout(context.Background(), eventually)
 	defer cancel()
 	var yields atomic.Int32
-	m.yieldHook = func() { yields.Add(1) }
+	m.turn.yieldHook = func() { yields.Add(1) }
 	loop := func(n int) {
 		for range n {
 			l, err := m.Acquire(ctx, "n", RequestOptions{})
@@ -122,12 +122,12 @@ func turnTaking(t *testing.T, m *Manager, batch int) {
 	}
 	loop(3 * batch)
 	require.Zero(t, yields.Load(), "no sibling in a yield: no turn-taking")
-	m.yielding.Store(1) // a sibling sits in a hand-over yield
+	m.turn.yielding.Store(1) // a sibling sits in a hand-over yield
 	loop(2*batch - 1)
 	require.EqualValues(t, 1, yields.Load(), "one yield every %d releases", batch)
 	loop(1)
 	require.EqualValues(t, 2, yields.Load(), "one yield every %d releases", batch)
-	m.yielding.Store(0)
+	m.turn.yielding.Store(0)
 	loop(2 * batch)
 	require.EqualValues(t, 2, yields.Load())
 	check(t, m)

@@ -53,42 +53,42 @@ import (
 func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token uint64, err error) {
 	done := ctx.Done()
 	spun, placed := false, false
-	if m.spin > 0 && m.arrivalMaySpin() && m.takeSpinPlace() {
+	if m.cfg.spin > 0 && m.arrivalMaySpin() && m.takeSpinPlace() {
 		placed = true
 		// A request parks at once when spinWindow requests of its Manager
 		// spin already, or when several of its requests wait (they are
 		// ahead of it in some queue: arrivalSpins), and is readied one
 		// grant ahead of its turn (wakeAhead), or at its grant when the
 		// grant comes from its own Manager (a poke by slot, no syscall).
-		spun = m.t.IsHead(m.a, ref)
+		spun = m.life.t.IsHead(m.life.a, ref)
 		if token, err, over := m.spinHead(ctx, done, name, ref, true); over {
 			if err == nil && m.relayWanted() {
-				m.mu.Lock()
+				m.waits.mu.Lock()
 				m.relayNext(name)
-				m.mu.Unlock()
+				m.waits.mu.Unlock()
 			}
 			return token, err // no waiter made: most contended requests end here
 		}
 	}
-	seq := m.t.QueueSeq(ref)
-	m.mu.Lock()
+	seq := m.life.t.QueueSeq(ref)
+	m.waits.mu.Lock()
 	w := m.newWaiter(ref, name, seq)
 	if w.spun.Load() != spun { // a recycled waiter keeps its last value: a store is a locked instruction
 		w.spun.Store(spun)
 	}
 	m.addWaiter(w)
 	watched := done != nil && m.watchDone(ctx, done, w) // then the park receives on w.ch only
-	if m.deadlock > 0 {
+	if m.cfg.deadlock > 0 {
 		m.parkChecked(w) // the deadlock rounds look at it (deadlock.go)
 	}
-	m.mu.Unlock()
-	parked := m.a.Parked()
+	m.waits.mu.Unlock()
+	parked := m.life.a.Parked()
 	first := atomic.AddUint32(parked, 1) == 1
-	m.t.MarkParked(ref, true) // before the loop's look at the slot (no lost wake-up)
+	m.life.t.MarkParked(ref, true) // before the loop's look at the slot (no lost wake-up)
 	// The park's clock, for the waiting policy's view of the machine and
 	// the watch: the reading of our enqueue a moment ago, unless we spun
 	// first (a spin may last long while the queue moves).
-	now := m.t.EnqueuedMono(ref)
+	now := m.life.t.EnqueuedMono(ref)
 	if placed {
 		now = m.mono()
 	}
@@ -105,7 +105,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 	// nothing of the mapping.
 	relay := false
 	defer func() {
-		m.mu.Lock()
+		m.waits.mu.Lock()
 		m.removeWaiter(w)
 		m.unwatchDone(w)
 		if relay && err == nil {
@@ -115,7 +115,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 		if !tagged {
 			m.recycleWaiter(w)
 		}
-		m.mu.Unlock()
+		m.waits.mu.Unlock()
 		if tagged {
 			m.untagCarried(w)
 			m.dropWaiter(w)
@@ -128,7 +128,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			return m.abort(ctx, name, ref)
 		default:
 		}
-		if m.closed.Load() {
+		if m.life.closed.Load() {
 			if h := closedParkHook.Load(); h != nil {
 				(*h)()
 			}
@@ -140,9 +140,9 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 		// Manager is garbage; a slot that Close's deregistration freed
 		// meanwhile is reported as ErrClosed below. Two atomic adds on a
 		// word every goroutine of the Manager shares fewer per look.
-		st, token, ok := m.t.Status(m.a, ref)
+		st, token, ok := m.life.t.Status(m.life.a, ref)
 		readied := w.relay.Load() && w.relay.Swap(false)
-		head := ok && st == table.SlotWaiting && m.spin > 0 && (readied || !w.spun.Load() && m.t.IsHead(m.a, ref))
+		head := ok && st == table.SlotWaiting && m.cfg.spin > 0 && (readied || !w.spun.Load() && m.life.t.IsHead(m.life.a, ref))
 		switch {
 		case ok && st == table.SlotHeld:
 			atomic.AddUint32(parked, ^uint32(0))
@@ -150,7 +150,7 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			relay = err == nil && m.relayWanted()
 			return token, err
 		case ok && st == table.SlotWaiting:
-			if m.deadlock > 0 && w.dl.verdict.Load() != nil {
+			if m.cfg.deadlock > 0 && w.dl.verdict.Load() != nil {
 				// A deadlock round found us a cycle's victim (deadlock.go).
 				if token, err, over := m.checkDeadlock(ctx, name, w); over {
 					atomic.AddUint32(parked, ^uint32(0))
@@ -160,24 +160,24 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			}
 		case ok && st == table.SlotStolen:
 			// Granted and stolen before we looked: we never held it usefully.
-			m.t.FreeStolen(m.a, ref)
+			m.life.t.FreeStolen(m.life.a, ref)
 			atomic.AddUint32(parked, ^uint32(0))
 			return 0, fmt.Errorf("lock %q: %w", name, ErrStolen)
 		default:
 			atomic.AddUint32(parked, ^uint32(0))
-			if m.closed.Load() {
+			if m.life.closed.Load() {
 				return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
 			}
 			return 0, fmt.Errorf("lock %q: request removed from the table (agent reaped?): %w", name, ErrStolen)
 		}
-		if m.bounded && ok && st == table.SlotWaiting && m.t.IsHead(m.a, ref) {
+		if m.cfg.bounded && ok && st == table.SlotWaiting && m.life.t.IsHead(m.life.a, ref) {
 			if m.takeTurn(ref, true) {
 				continue // a bounded table left us the name (fairness.go): the next look returns the grant
 			}
 			// Granted by someone else since our look (a starved hand-off)?
 			// Our mark is set now: a grant after this look rings us, one
 			// before it must be seen here, not slept through.
-			if st, _, ok := m.t.Status(m.a, ref); !ok || st != table.SlotWaiting {
+			if st, _, ok := m.life.t.Status(m.life.a, ref); !ok || st != table.SlotWaiting {
 				continue
 			}
 		}
@@ -185,14 +185,14 @@ func (m *Manager) wait(ctx context.Context, name string, ref table.Ref) (token u
 			// Woken one grant ahead: spin (not counted as parked), then
 			// park again with the usual re-check.
 			w.spun.Store(true)
-			m.t.MarkParked(ref, false) // a grant need not ring us while we spin
+			m.life.t.MarkParked(ref, false) // a grant need not ring us while we spin
 			atomic.AddUint32(parked, ^uint32(0))
 			if token, err, over := m.spinHead(ctx, done, name, ref, false); over {
 				relay = err == nil && m.relayWanted() // a readied request relays in turn
 				return token, err
 			}
 			atomic.AddUint32(parked, 1)
-			m.t.MarkParked(ref, true)
+			m.life.t.MarkParked(ref, true)
 			continue
 		}
 		if watched {
@@ -219,10 +219,10 @@ var closedParkHook atomic.Pointer[func()]
 // a request woken one grant ahead of its turn spins without one.
 func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name string, ref table.Ref, placed bool) (token uint64, err error, over bool) {
 	if !placed {
-		m.spinners.Add(1)
+		m.view.spinners.Add(1)
 	}
-	defer m.spinners.Add(-1)
-	if m.yieldsSkipped() && m.agents.Load() > m.usable.Load() {
+	defer m.view.spinners.Add(-1)
+	if m.yieldsSkipped() && m.view.agents.Load() > m.view.usable.Load() {
 		// Our yields come back late: the machine is busy with other
 		// work. On a crowded table a spinner shares its CPU with that
 		// work by time slice; a sleeper, woken, goes ahead of it
@@ -239,13 +239,13 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 	var freeAt int64 // a bounded table's head: when it saw the name free with mark freeMark (0: not free)
 	var freeMark uint64
 	oneCPU := m.onOneCPU()
-	procs := m.procs.Load()
+	procs := m.view.procs.Load()
 	// Barges move the budget's progress too where spinners spin off their
 	// CPU (spinsOffCPU): there a head that parks while others barge must be
 	// woken for its turn, a chain of wake-ups, where one that spins is
 	// found at its grant by a look (docs/experiments.md).
-	barges := spinsOffCPU(m.bounded, m.agents.Load() > m.usable.Load())
-	progress := m.t.Progress(ref, barges)
+	barges := spinsOffCPU(m.cfg.bounded, m.view.agents.Load() > m.view.usable.Load())
+	progress := m.life.t.Progress(ref, barges)
 
 	for i := 0; ; i++ {
 		select {
@@ -254,7 +254,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			return token, err, true
 		default:
 		}
-		st, token, ok := m.t.Status(m.a, ref)
+		st, token, ok := m.life.t.Status(m.life.a, ref)
 		if ok && st == table.SlotHeld {
 			token, err = m.granted(ctx, name, ref, token)
 			return token, err, true
@@ -262,12 +262,12 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 		if !ok || st != table.SlotWaiting {
 			return 0, nil, false
 		}
-		crowded := m.agents.Load() > m.usable.Load()
-		if m.bounded && i&3 == 0 {
+		crowded := m.view.agents.Load() > m.view.usable.Load()
+		if m.cfg.bounded && i&3 == 0 {
 			// A bounded table left us the name (fairness.go): take it once
 			// it has stayed free for turnPatience; the next look returns
 			// the grant.
-			if mark, open := m.t.TurnOpen(m.a, ref); !open {
+			if mark, open := m.life.t.TurnOpen(m.life.a, ref); !open {
 				freeAt = 0
 			} else if freeAt == 0 || mark != freeMark {
 				freeAt, freeMark = m.mono(), mark
@@ -275,8 +275,8 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 				continue
 			}
 		}
-		parked, spinners := atomic.LoadUint32(m.a.Parked()), m.spinners.Load()
-		lookOnly, yields, ownFirst := spinChoice(oneCPU, m.bounded, crowded, spinners, procs, parked, m.gaveP.Load())
+		parked, spinners := atomic.LoadUint32(m.life.a.Parked()), m.view.spinners.Load()
+		lookOnly, yields, ownFirst := spinChoice(oneCPU, m.cfg.bounded, crowded, spinners, procs, parked, m.view.gaveP.Load())
 		if i&7 == 7 && (!lookOnly || i&63 == 63) {
 			// The budget is adaptive: it restarts whenever the queue moves
 			// (a grant on the name), so a waiter keeps its CPU while its
@@ -285,17 +285,17 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			// for it here rather than leave it to the doorbell, which
 			// reaches a process whose Ps are all busy spinning only through
 			// the runtime's netpoll (up to 10 ms under sysmon).
-			if bell, last := atomic.LoadUint32(m.a.Bell()), m.lastBell.Load(); bell != last &&
-				atomic.LoadUint32(m.a.Parked()) > 0 && m.lastBell.CompareAndSwap(last, bell) {
+			if bell, last := atomic.LoadUint32(m.life.a.Bell()), m.wk.lastBell.Load(); bell != last &&
+				atomic.LoadUint32(m.life.a.Parked()) > 0 && m.wk.lastBell.CompareAndSwap(last, bell) {
 				m.scanWaiters(false)
 			}
 			now := m.mono()
 			if deadline == 0 {
-				deadline, nextSched = now+int64(m.spin), now+int64(goschedEvery)
+				deadline, nextSched = now+int64(m.cfg.spin), now+int64(goschedEvery)
 				m.refreshView(now)
 			}
-			if p := m.t.Progress(ref, barges); p != progress {
-				progress, deadline = p, now+int64(m.spin)
+			if p := m.life.t.Progress(ref, barges); p != progress {
+				progress, deadline = p, now+int64(m.cfg.spin)
 			} else if now > deadline {
 				return 0, nil, false
 			}
@@ -314,7 +314,7 @@ func (m *Manager) spinHead(ctx context.Context, done <-chan struct{}, name strin
 			if ownFirst {
 				runtime.Gosched()
 			}
-			if h := m.spinYieldHook; h != nil {
+			if h := m.view.spinYieldHook; h != nil {
 				h()
 			} else {
 				m.osYield()
@@ -344,9 +344,9 @@ func (m *Manager) abort(ctx context.Context, name string, ref table.Ref) (uint64
 		return 0, fmt.Errorf("lock %q: %w", name, ErrClosed)
 	}
 	var w table.Wakes
-	out, _, err := m.t.Abort(m.a, ref, &w)
+	out, _, err := m.life.t.Abort(m.life.a, ref, &w)
 	if err == nil && out == table.Granted {
-		err = m.t.Release(m.a, ref, &w)
+		err = m.life.t.Release(m.life.a, ref, &w)
 	}
 	if !w.Empty() {
 		m.deliver(&w)
@@ -370,7 +370,7 @@ func (m *Manager) abort(ctx context.Context, name string, ref table.Ref) (uint64
 // can spin) and when this process may use several CPUs (on one, spinStep
 // parks at once): relayWanted.
 func (m *Manager) relayNext(name string) {
-	q := m.queues[name]
+	q := m.waits.queues[name]
 	if q == nil {
 		return
 	}
@@ -388,9 +388,9 @@ func (m *Manager) relayNext(name string) {
 // more agents than CPUs no grant reads the parked word, which every park
 // and wake-up of the Manager writes.
 func (m *Manager) relayWanted() bool {
-	crowded := m.agents.Load() > m.usable.Load()
-	if m.spin <= 0 || !crowded || m.onOneCPU() {
+	crowded := m.view.agents.Load() > m.view.usable.Load()
+	if m.cfg.spin <= 0 || !crowded || m.onOneCPU() {
 		return false
 	}
-	return relays(crowded, atomic.LoadUint32(m.a.Parked()), m.spinners.Load(), m.procs.Load())
+	return relays(crowded, atomic.LoadUint32(m.life.a.Parked()), m.view.spinners.Load(), m.view.procs.Load())
 }

@@ -49,12 +49,12 @@ type waitList struct{ head, tail *waiter }
 
 // addWaiter registers w (m.mu held), keeping its name's list in queue order.
 func (m *Manager) addWaiter(w *waiter) {
-	m.nwait++
-	m.bySlot.store(w.ref.Slot, w)
-	q := m.queues[w.name]
+	m.waits.nwait++
+	m.waits.bySlot.store(w.ref.Slot, w)
+	q := m.waits.queues[w.name]
 	if q == nil {
 		q = &waitList{}
-		m.queues[w.name] = q
+		m.waits.queues[w.name] = q
 	}
 	w.q = q
 	p := q.tail
@@ -76,7 +76,7 @@ func (m *Manager) addWaiter(w *waiter) {
 
 // eachWaiter calls f for every parked request of ours (m.mu held).
 func (m *Manager) eachWaiter(f func(w *waiter)) {
-	for _, q := range m.queues {
+	for _, q := range m.waits.queues {
 		for w := q.head; w != nil; w = w.next {
 			f(w)
 		}
@@ -93,7 +93,7 @@ func (m *Manager) eachWaiter(f func(w *waiter)) {
 // was a locked instruction on every wake-up; a waiter that leaves the free
 // list clears it (dropWaiter).
 func (m *Manager) removeWaiter(w *waiter) {
-	m.nwait--
+	m.waits.nwait--
 	q := w.q
 	w.q = nil
 	if w.prev == nil {
@@ -108,7 +108,7 @@ func (m *Manager) removeWaiter(w *waiter) {
 	}
 	w.prev, w.next = nil, nil
 	if q.head == nil {
-		delete(m.queues, w.name)
+		delete(m.waits.queues, w.name)
 	}
 }
 
@@ -117,12 +117,12 @@ func (m *Manager) removeWaiter(w *waiter) {
 // (an allocation per park is a cost every contended grant would pay, with
 // the collector's work). Its channel comes with it, emptied of any late poke.
 func (m *Manager) newWaiter(ref table.Ref, name string, seq uint32) *waiter {
-	w := m.freeWaiters
+	w := m.waits.freeWaiters
 	if w == nil {
 		return &waiter{ref: ref, name: name, seq: seq, ch: getPokeChan()}
 	}
-	m.freeWaiters, w.next = w.next, nil
-	m.nfree--
+	m.waits.freeWaiters, w.next = w.next, nil
+	m.waits.nfree--
 	w.ref, w.name, w.seq = ref, name, seq
 	drainPoke(w.ch) // a late poke of its previous request
 	return w
@@ -137,7 +137,7 @@ func (m *Manager) newWaiter(ref table.Ref, name string, seq uint32) *waiter {
 // the channel's next waiter look at its slot once more, which every poke
 // may do anyway.
 func (m *Manager) recycleWaiter(w *waiter) {
-	if m.nfree >= maxFreeWaiters {
+	if m.waits.nfree >= maxFreeWaiters {
 		m.dropWaiter(w)
 		return
 	}
@@ -152,9 +152,9 @@ func (m *Manager) recycleWaiter(w *waiter) {
 	if w.dl.verdict.Load() != nil {
 		w.dl.verdict.Store(nil)
 	}
-	w.prev, w.next = nil, m.freeWaiters
-	m.freeWaiters = w
-	m.nfree++
+	w.prev, w.next = nil, m.waits.freeWaiters
+	m.waits.freeWaiters = w
+	m.waits.nfree++
 }
 
 // dropWaiter lets removed waiter w go; its channel is recycled. Its slot
@@ -162,7 +162,7 @@ func (m *Manager) recycleWaiter(w *waiter) {
 // took it, so that a burst of parked requests leaves no more waiters
 // reachable than the free list keeps.
 func (m *Manager) dropWaiter(w *waiter) {
-	m.bySlot.clear(w.ref.Slot, w)
+	m.waits.bySlot.clear(w.ref.Slot, w)
 	putPokeChan(w.ch) // a late poke of w only makes the chan's next waiter look once more
 }
 
@@ -205,7 +205,7 @@ func (w *waiter) poke() {
 
 // parkedWaiters returns how many requests of ours are registered as parked.
 func (m *Manager) parkedWaiters() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.nwait
+	m.waits.mu.Lock()
+	defer m.waits.mu.Unlock()
+	return m.waits.nwait
 }

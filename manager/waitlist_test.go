@@ -16,7 +16,7 @@ import (
 // checking the back links on the way.
 func listOrder(t *testing.T, m *Manager, name string) []uint32 {
 	t.Helper()
-	q := m.queues[name]
+	q := m.waits.queues[name]
 	if q == nil {
 		return nil
 	}
@@ -40,8 +40,8 @@ func TestWaitListOrder(t *testing.T) {
 		return &waiter{ref: table.Ref{Slot: slot}, name: "n", seq: seq}
 	}
 	ws := []*waiter{mk(1, 5), mk(2, 3), mk(3, 4), mk(4, 0xffffffff), mk(5, 6), mk(6, 0)}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.waits.mu.Lock()
+	defer m.waits.mu.Unlock()
 	for _, w := range ws {
 		m.addWaiter(w)
 	}
@@ -50,12 +50,12 @@ func TestWaitListOrder(t *testing.T) {
 	m.removeWaiter(ws[3]) // seq 0xffffffff, head
 	m.removeWaiter(ws[4]) // seq 6, tail
 	require.Equal(t, []uint32{0, 3, 5}, listOrder(t, m, "n"))
-	require.Equal(t, 3, m.nwait)
+	require.Equal(t, 3, m.waits.nwait)
 	for _, w := range []*waiter{ws[0], ws[1], ws[5]} {
 		m.removeWaiter(w)
 	}
-	require.Empty(t, m.queues)
-	require.Zero(t, m.nwait)
+	require.Empty(t, m.waits.queues)
+	require.Zero(t, m.waits.nwait)
 }
 
 // TestParkedWaitersDrainInOrder: 40 parked goroutines of one Manager queued
@@ -142,26 +142,26 @@ func TestRecycledWaiter(t *testing.T) {
 	refA := table.Ref{Slot: 3, Serial: 7}
 	refB := table.Ref{Slot: 5, Serial: 9}
 
-	m.mu.Lock()
+	m.waits.mu.Lock()
 	w := m.newWaiter(refA, "a", 1)
 	m.addWaiter(w)
 	w.relay.Store(true)
-	m.mu.Unlock()
+	m.waits.mu.Unlock()
 	stale := roundWaiter{w, refA} // what a round collected while A was parked
 
-	m.mu.Lock()
+	m.waits.mu.Lock()
 	m.removeWaiter(w)
 	m.recycleWaiter(w)
-	m.mu.Unlock()
+	m.waits.mu.Unlock()
 	w.poke() // a late poke of A (pokeSlot read w from the slot index before it left)
 	m.giveVerdict(stale, "A's cycle")
 	require.Nil(t, w.dl.verdict.Load(), "a removed waiter gets no verdict (its slot index cell is left)")
-	require.Same(t, w, m.bySlot.load(refA.Slot), "the cell is left for the next waiter at the slot")
+	require.Same(t, w, m.waits.bySlot.load(refA.Slot), "the cell is left for the next waiter at the slot")
 
-	m.mu.Lock()
+	m.waits.mu.Lock()
 	w2 := m.newWaiter(refB, "b", 2)
 	m.addWaiter(w2)
-	m.mu.Unlock()
+	m.waits.mu.Unlock()
 	require.Same(t, w, w2, "the removed waiter is reused")
 	require.Equal(t, refB, w2.ref)
 	require.Equal(t, "b", w2.name)
@@ -178,12 +178,12 @@ func TestRecycledWaiter(t *testing.T) {
 	require.Equal(t, "B's cycle", *v)
 	require.Len(t, w2.ch, 1, "the victim is woken")
 
-	m.mu.Lock()
+	m.waits.mu.Lock()
 	m.removeWaiter(w2)
 	m.recycleWaiter(w2)
 	require.Nil(t, w2.dl.verdict.Load(), "a recycled waiter carries no verdict")
-	require.Equal(t, 1, m.nfree)
-	m.mu.Unlock()
+	require.Equal(t, 1, m.waits.nfree)
+	m.waits.mu.Unlock()
 }
 
 // TestDroppedWaiterClearsItsCell: a removed waiter leaves its slot index
@@ -195,7 +195,7 @@ func TestDroppedWaiterClearsItsCell(t *testing.T) {
 	m := openM(t, tablePath(t), nil)
 	n := maxFreeWaiters + 3 // kept, dropped, dropped with its cell taken, registered
 	ws := make([]*waiter, n)
-	m.mu.Lock()
+	m.waits.mu.Lock()
 	for i := range ws {
 		ws[i] = m.newWaiter(table.Ref{Slot: uint32(i), Serial: 1}, "n", uint32(i))
 		m.addWaiter(ws[i])
@@ -208,18 +208,18 @@ func TestDroppedWaiterClearsItsCell(t *testing.T) {
 	other := &waiter{ref: table.Ref{Slot: uint32(n - 2), Serial: 2}, ch: make(chan struct{}, 1)}
 	for _, w := range ws[:n-1] {
 		if w.ref.Slot == uint32(n-2) {
-			m.bySlot.store(w.ref.Slot, other)
+			m.waits.bySlot.store(w.ref.Slot, other)
 		}
 		m.recycleWaiter(w)
 	}
-	m.mu.Unlock()
+	m.waits.mu.Unlock()
 	for i, w := range ws[:maxFreeWaiters] {
-		require.Same(t, w, m.bySlot.load(uint32(i)), "kept on the free list: the cell is left")
+		require.Same(t, w, m.waits.bySlot.load(uint32(i)), "kept on the free list: the cell is left")
 	}
-	require.Nil(t, m.bySlot.load(uint32(maxFreeWaiters)), "dropped: the cell is cleared")
-	require.Same(t, other, m.bySlot.load(uint32(n-2)), "a cell another waiter took is left alone")
-	require.Same(t, ws[n-1], m.bySlot.load(uint32(n-1)), "still registered")
-	m.mu.Lock()
+	require.Nil(t, m.waits.bySlot.load(uint32(maxFreeWaiters)), "dropped: the cell is cleared")
+	require.Same(t, other, m.waits.bySlot.load(uint32(n-2)), "a cell another waiter took is left alone")
+	require.Same(t, ws[n-1], m.waits.bySlot.load(uint32(n-1)), "still registered")
+	m.waits.mu.Lock()
 	m.removeWaiter(ws[n-1])
-	m.mu.Unlock()
+	m.waits.mu.Unlock()
 }

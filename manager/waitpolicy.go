@@ -44,7 +44,7 @@ type machineView struct {
 
 // yieldDue reports whether this Manager has kept its CPU for yieldEvery.
 func (m *Manager) yieldDue() bool {
-	return m.mono()-m.lastYield.Load() > int64(yieldEvery)
+	return m.mono()-m.view.lastYield.Load() > int64(yieldEvery)
 }
 
 // yieldIfDue gives the CPU to another runnable process if this Manager has
@@ -52,15 +52,15 @@ func (m *Manager) yieldDue() bool {
 // what counts is how long we have been running, not how long we waited.
 func (m *Manager) yieldIfDue() {
 	now := m.mono()
-	last := m.lastYield.Load()
-	if now-last <= int64(yieldEvery) || !m.lastYield.CompareAndSwap(last, now) {
+	last := m.view.lastYield.Load()
+	if now-last <= int64(yieldEvery) || !m.view.lastYield.CompareAndSwap(last, now) {
 		return // not due, or another goroutine of ours is yielding
 	}
 	m.osYield()
-	if m.bounded && m.ownWaiting() {
+	if m.cfg.bounded && m.ownWaiting() {
 		m.goschedTurn()
 	}
-	m.lastYield.Store(m.mono())
+	m.view.lastYield.Store(m.mono())
 }
 
 // goschedTurn gives the goroutine's P to the process's other goroutines
@@ -75,15 +75,15 @@ func (m *Manager) yieldIfDue() {
 // yield: docs/experiments.md). It is counted in gaveP until it runs again:
 // the process's spinners then give it a P (spinChoice's ownFirst).
 func (m *Manager) goschedTurn() {
-	m.gaveP.Add(1)
+	m.view.gaveP.Add(1)
 	m.gosched()
-	m.gaveP.Add(-1)
+	m.view.gaveP.Add(-1)
 }
 
 // gosched gives the goroutine's P to the process's other goroutines
 // (runtime.Gosched; tests: yieldHook instead).
 func (m *Manager) gosched() {
-	if h := m.yieldHook; h != nil {
+	if h := m.turn.yieldHook; h != nil {
 		h()
 		return
 	}
@@ -122,27 +122,27 @@ func yieldsOutsideQueue(agents, cpus int, waiting bool) bool {
 // anyway: a spinning request, a park, a due yield.
 func (m *Manager) shouldYield() bool {
 	waiting := m.ownWaiting()
-	if !yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting) {
+	if !yieldsOutsideQueue(int(m.view.agents.Load()), int(m.view.usable.Load()), waiting) {
 		return false
 	}
 	now := m.mono()
-	if now-m.lastYield.Load() <= int64(yieldEvery) { // not yieldDue
+	if now-m.view.lastYield.Load() <= int64(yieldEvery) { // not yieldDue
 		return false
 	}
 	m.refreshView(now)
-	return yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), waiting)
+	return yieldsOutsideQueue(int(m.view.agents.Load()), int(m.view.usable.Load()), waiting)
 }
 
 // mayYield is shouldYield's rule with the view of the machine as last
 // refreshed and no clock read: false means shouldYield would say no.
 func (m *Manager) mayYield() bool {
-	return yieldsOutsideQueue(int(m.agents.Load()), int(m.usable.Load()), m.ownWaiting())
+	return yieldsOutsideQueue(int(m.view.agents.Load()), int(m.view.usable.Load()), m.ownWaiting())
 }
 
 // ownWaiting reports whether a request of this Manager waits (asleep or
 // spinning).
 func (m *Manager) ownWaiting() bool {
-	return atomic.LoadUint32(m.a.Parked()) > 0 || m.spinners.Load() > 0
+	return atomic.LoadUint32(m.life.a.Parked()) > 0 || m.view.spinners.Load() > 0
 }
 
 // onOneCPU reports whether this process may run on a single CPU only (then
@@ -150,7 +150,7 @@ func (m *Manager) ownWaiting() bool {
 // yields), as last refreshed (refreshView: at Open, then at most every
 // 100 ms by whoever reads the clock).
 func (m *Manager) onOneCPU() bool {
-	return m.cpus.Load() == 1
+	return m.view.cpus.Load() == 1
 }
 
 // refreshView looks up, at most every 100 ms, what the policy needs of the
@@ -158,16 +158,16 @@ func (m *Manager) onOneCPU() bool {
 // bounded by GOMAXPROCS, which Go derives from the cgroup's CPU quota) and
 // how many agents the table has (counted up to one more than those CPUs).
 func (m *Manager) refreshView(now int64) {
-	if at := m.cpuAt.Load(); at != 0 && now-at <= int64(100*time.Millisecond) {
+	if at := m.view.cpuAt.Load(); at != 0 && now-at <= int64(100*time.Millisecond) {
 		return
 	}
 	cpus, procs := cpusAllowed(), runtime.GOMAXPROCS(0)
 	usable := min(cpus, procs)
-	m.cpus.Store(int32(cpus))
-	m.procs.Store(int32(procs))
-	m.usable.Store(int32(usable))
-	m.agents.Store(int32(m.t.LiveAgents(usable + 1))) // enough to tell agents > usable
-	m.cpuAt.Store(now | 1)
+	m.view.cpus.Store(int32(cpus))
+	m.view.procs.Store(int32(procs))
+	m.view.usable.Store(int32(usable))
+	m.view.agents.Store(int32(m.life.t.LiveAgents(usable + 1))) // enough to tell agents > usable
+	m.view.cpuAt.Store(now | 1)
 }
 
 // arrivalSpins reports whether a request that has just joined a queue may
@@ -195,7 +195,7 @@ func arrivalSpins(parked uint32, spinners int32, crowded bool) bool {
 // of the machine as last refreshed (every spin and every due yield refresh
 // it; never refreshed: not crowded), so that an arrival reads no clock.
 func (m *Manager) arrivalMaySpin() bool {
-	return arrivalSpins(atomic.LoadUint32(m.a.Parked()), m.spinners.Load(), m.agents.Load() > m.usable.Load())
+	return arrivalSpins(atomic.LoadUint32(m.life.a.Parked()), m.view.spinners.Load(), m.view.agents.Load() > m.view.usable.Load())
 }
 
 // spinLooksOnly reports whether a spinning request may look at its slot
@@ -346,11 +346,11 @@ const spinWindow = 4
 // spinning requests, if one is free.
 func (m *Manager) takeSpinPlace() bool {
 	for {
-		n := m.spinners.Load()
+		n := m.view.spinners.Load()
 		if n >= spinWindow {
 			return false
 		}
-		if m.spinners.CompareAndSwap(n, n+1) {
+		if m.view.spinners.CompareAndSwap(n, n+1) {
 			return true
 		}
 	}

@@ -92,23 +92,23 @@ func TestYieldOutsideQueue(t *testing.T) {
 	cpus := min(cpusAllowed(), runtime.GOMAXPROCS(0))
 	path := tablePath(t)
 	m := openM(t, path, nil)
-	refresh := func() int32 { m.cpuAt.Store(0); m.refreshView(m.mono()); return m.agents.Load() }
+	refresh := func() int32 { m.view.cpuAt.Store(0); m.refreshView(m.mono()); return m.view.agents.Load() }
 	require.Equal(t, int32(1), refresh())
-	require.Equal(t, int32(cpus), m.usable.Load())
+	require.Equal(t, int32(cpus), m.view.usable.Load())
 
 	// yielded reports whether the Manager gives the CPU away, with it
 	// due and waiting (a request of it queued) or not.
 	yielded := func(waiting bool) bool {
 		if waiting {
-			m.spinners.Add(1) // as a spinning request of ours does
-			defer m.spinners.Add(-1)
+			m.view.spinners.Add(1) // as a spinning request of ours does
+			defer m.view.spinners.Add(-1)
 		}
-		m.lastYield.Store(m.mono() - 2*int64(yieldEvery)) // due
-		before := m.lastYield.Load()
+		m.view.lastYield.Store(m.mono() - 2*int64(yieldEvery)) // due
+		before := m.view.lastYield.Load()
 		if m.shouldYield() {
 			m.yieldIfDue()
 		}
-		return m.lastYield.Load() != before
+		return m.view.lastYield.Load() != before
 	}
 	require.True(t, yielded(false), "nothing of ours waits: yield")
 	require.Equal(t, 1 > cpus, yielded(true), "one agent, %d CPUs, a request of ours waits", cpus)
@@ -125,13 +125,13 @@ func TestYieldOutsideQueue(t *testing.T) {
 	// it queues (lastYield moves) on this crowded table.
 	h, err := others[0].Acquire(ctxT(t, eventually), "n", RequestOptions{})
 	require.NoError(t, err)
-	m.lastYield.Store(m.mono() - 2*int64(yieldEvery))
-	before := m.lastYield.Load()
+	m.view.lastYield.Store(m.mono() - 2*int64(yieldEvery))
+	before := m.view.lastYield.Load()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	_, err = m.Acquire(ctx, "n", RequestOptions{})
 	cancel()
 	require.True(t, errors.Is(err, ErrAborted), "%v", err)
-	require.NotEqual(t, before, m.lastYield.Load(), "crowded: the request yields before it queues")
+	require.NotEqual(t, before, m.view.lastYield.Load(), "crowded: the request yields before it queues")
 	require.NoError(t, h.Release())
 
 	for _, o := range others {
@@ -190,14 +190,14 @@ func TestTurnPatience(t *testing.T) {
 func TestTurnDue(t *testing.T) {
 	o := OpenOptions{Fairness: Bounded(time.Hour), MaxResources: 64, MaxRequests: 256, MaxAgents: 32, MaxNameLen: 64}
 	m := openM(t, tablePath(t), &o)
-	m.agents.Store(m.usable.Load() + 1) // crowded, as the view would say
+	m.view.agents.Store(m.view.usable.Load() + 1) // crowded, as the view would say
 	require.False(t, m.turnDue(turnEvery), "none of ours waits")
-	m.spinners.Add(1) // one of ours waits
-	defer m.spinners.Add(-1)
+	m.view.spinners.Add(1) // one of ours waits
+	defer m.view.spinners.Add(-1)
 	require.True(t, m.turnDue(turnEvery))
 	require.True(t, m.turnDue(3*turnEvery))
 	require.False(t, m.turnDue(turnEvery+1))
-	m.agents.Store(m.usable.Load()) // not crowded
+	m.view.agents.Store(m.view.usable.Load()) // not crowded
 	require.False(t, m.turnDue(turnEvery))
 	testhooks.TurnEvery.Store(1)
 	defer testhooks.TurnEvery.Store(0)
@@ -215,12 +215,12 @@ func TestBoundedDueYieldGivesTheP(t *testing.T) {
 		}
 		m := openM(t, tablePath(t), &o)
 		var n atomic.Int32
-		m.yieldHook = func() { n.Add(1) }
-		m.lastYield.Store(m.mono() - 2*int64(yieldEvery))
+		m.turn.yieldHook = func() { n.Add(1) }
+		m.view.lastYield.Store(m.mono() - 2*int64(yieldEvery))
 		m.yieldIfDue()
 		require.Zero(t, n.Load(), "none of ours waits: the CPU only")
-		m.spinners.Add(1) // one of ours waits
-		m.lastYield.Store(m.mono() - 2*int64(yieldEvery))
+		m.view.spinners.Add(1) // one of ours waits
+		m.view.lastYield.Store(m.mono() - 2*int64(yieldEvery))
 		m.yieldIfDue()
 		want := int32(0)
 		if bounded {
@@ -229,7 +229,7 @@ func TestBoundedDueYieldGivesTheP(t *testing.T) {
 		require.Equal(t, want, n.Load(), "bounded %v", bounded)
 		m.yieldIfDue() // not due again
 		require.Equal(t, want, n.Load(), "bounded %v", bounded)
-		m.spinners.Add(-1)
+		m.view.spinners.Add(-1)
 	}
 }
 
@@ -253,18 +253,18 @@ func TestSpinnerGivesThePBack(t *testing.T) {
 	held, err := b.Acquire(ctx, "n", RequestOptions{})
 	require.NoError(t, err)
 	var looks atomic.Int64
-	a.spinYieldHook = func() { looks.Add(1); cpuYield() }
+	a.view.spinYieldHook = func() { looks.Add(1); cpuYield() }
 	got := acquireReleased(ctx, a, "n")
-	for a.spinners.Load() == 0 || looks.Load() == 0 {
+	for a.view.spinners.Load() == 0 || looks.Load() == 0 {
 		require.NoError(t, ctx.Err(), "the request never spun")
 		runtime.Gosched()
 	}
-	require.True(t, a.agents.Load() > a.usable.Load(), "the table is crowded for a")
+	require.True(t, a.view.agents.Load() > a.view.usable.Load(), "the table is crowded for a")
 	before := looks.Load()
 	a.goschedTurn()
 	require.LessOrEqual(t, looks.Load()-before, int64(2), "the spinner kept the P while we waited for it")
-	require.Zero(t, a.gaveP.Load())
-	require.Equal(t, int32(1), a.spinners.Load(), "still spinning: it gave the P, not up")
+	require.Zero(t, a.view.gaveP.Load())
+	require.Equal(t, int32(1), a.view.spinners.Load(), "still spinning: it gave the P, not up")
 	require.NoError(t, held.Release())
 	mustDone(t, ctx, got, "the spinner's request")
 }

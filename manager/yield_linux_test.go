@@ -20,17 +20,17 @@ func TestYieldPolicyInputs(t *testing.T) {
 
 	// Not due (a yield recorded in the future keeps this independent of
 	// how slowly the test runs).
-	m.lastYield.Store(m.mono() + int64(time.Second))
-	before := m.lastYield.Load()
+	m.view.lastYield.Store(m.mono() + int64(time.Second))
+	before := m.view.lastYield.Load()
 	m.yieldIfDue()
-	require.Equal(t, before, m.lastYield.Load())
+	require.Equal(t, before, m.view.lastYield.Load())
 	require.False(t, m.yieldDue())
 
-	m.lastYield.Store(m.mono() - 2*int64(yieldEvery))
+	m.view.lastYield.Store(m.mono() - 2*int64(yieldEvery))
 	require.True(t, m.yieldDue())
 	start := m.mono()
 	m.yieldIfDue()
-	require.GreaterOrEqual(t, m.lastYield.Load(), start, "the time is taken when the CPU comes back")
+	require.GreaterOrEqual(t, m.view.lastYield.Load(), start, "the time is taken when the CPU comes back")
 
 	// Affinity is per thread on Linux: confine this goroutine's thread.
 	runtime.LockOSThread()
@@ -46,11 +46,11 @@ func TestYieldPolicyInputs(t *testing.T) {
 		}
 	}
 	require.NoError(t, unix.SchedSetaffinity(0, &one))
-	m.cpuAt.Store(0)
+	m.view.cpuAt.Store(0)
 	m.refreshView(m.mono())
 	require.True(t, m.onOneCPU())
 	require.NoError(t, unix.SchedSetaffinity(0, &orig))
-	m.cpuAt.Store(0)
+	m.view.cpuAt.Store(0)
 	m.refreshView(m.mono())
 	require.Equal(t, orig.Count() == 1, m.onOneCPU())
 }

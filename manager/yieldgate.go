@@ -53,35 +53,35 @@ type yieldGate struct {
 // (runtime.Gosched).
 func (m *Manager) osYield() {
 	start := m.mono()
-	if start < m.offUntil.Load() {
+	if start < m.gate.offUntil.Load() {
 		runtime.Gosched()
 		return
 	}
-	if h := m.osYieldHook; h != nil {
+	if h := m.gate.osYieldHook; h != nil {
 		h()
 	} else {
 		cpuYield()
 	}
 	end := m.mono()
 	if end-start >= int64(lateYield) {
-		m.late.Add(1)
+		m.gate.late.Add(1)
 	}
-	if m.yields.Add(1)%yieldWindow != 0 {
+	if m.gate.yields.Add(1)%yieldWindow != 0 {
 		return
 	}
-	if m.late.Swap(0) < lateMax {
-		m.offFor.Store(0)
+	if m.gate.late.Swap(0) < lateMax {
+		m.gate.offFor.Store(0)
 		return
 	}
-	off := min(max(2*m.offFor.Load(), int64(offFirst)), int64(offMax))
-	m.offFor.Store(off)
-	m.offUntil.Store(end + off)
+	off := min(max(2*m.gate.offFor.Load(), int64(offFirst)), int64(offMax))
+	m.gate.offFor.Store(off)
+	m.gate.offUntil.Store(end + off)
 }
 
 // yieldsSkipped reports whether the gate is closed now: then a waiting
 // request on a crowded table also parks at once instead of spinning
 // (spinHead).
 func (m *Manager) yieldsSkipped() bool {
-	u := m.offUntil.Load()
+	u := m.gate.offUntil.Load()
 	return u != 0 && m.mono() < u
 }

@@ -21,9 +21,9 @@ func TestYieldGate(t *testing.T) {
 	window := func(lateOnes int) {
 		t.Helper()
 		for i := range yieldWindow {
-			m.osYieldHook = onTime
+			m.gate.osYieldHook = onTime
 			if i < lateOnes {
-				m.osYieldHook = late
+				m.gate.osYieldHook = late
 			}
 			m.osYield()
 		}
@@ -31,35 +31,35 @@ func TestYieldGate(t *testing.T) {
 
 	window(lateMax - 1)
 	require.False(t, m.yieldsSkipped(), "fewer than lateMax late yields: the gate stays open")
-	require.Zero(t, m.offFor.Load())
+	require.Zero(t, m.gate.offFor.Load())
 	require.Equal(t, yieldWindow, calls)
 
 	window(lateMax)
 	require.True(t, m.yieldsSkipped(), "lateMax late yields: the gate closes")
-	require.EqualValues(t, offFirst, m.offFor.Load())
+	require.EqualValues(t, offFirst, m.gate.offFor.Load())
 	calls = 0
-	m.osYieldHook = onTime
+	m.gate.osYieldHook = onTime
 	for range 5 {
 		m.osYield()
 	}
 	require.Zero(t, calls, "a closed gate makes no OS yield")
 
-	m.offUntil.Store(0) // the period is over
+	m.gate.offUntil.Store(0) // the period is over
 	window(yieldWindow)
 	require.True(t, m.yieldsSkipped())
-	require.EqualValues(t, 2*offFirst, m.offFor.Load(), "late again: closed twice as long")
+	require.EqualValues(t, 2*offFirst, m.gate.offFor.Load(), "late again: closed twice as long")
 	for range 8 {
-		m.offUntil.Store(0)
+		m.gate.offUntil.Store(0)
 		window(yieldWindow)
 	}
-	require.EqualValues(t, offMax, m.offFor.Load(), "at most offMax")
+	require.EqualValues(t, offMax, m.gate.offFor.Load(), "at most offMax")
 
-	m.offUntil.Store(0)
+	m.gate.offUntil.Store(0)
 	window(0)
 	require.False(t, m.yieldsSkipped(), "on time again: open")
-	require.Zero(t, m.offFor.Load(), "and the next closing starts from offFirst")
+	require.Zero(t, m.gate.offFor.Load(), "and the next closing starts from offFirst")
 	window(lateMax)
-	require.EqualValues(t, offFirst, m.offFor.Load())
+	require.EqualValues(t, offFirst, m.gate.offFor.Load())
 	check(t, m)
 }
 
@@ -83,20 +83,20 @@ func TestYieldGateParks(t *testing.T) {
 				openM(t, path, nil)
 			}
 		}
-		m.cpuAt.Store(0)
+		m.view.cpuAt.Store(0)
 		m.refreshView(m.mono())
-		require.Equal(t, crowded, m.agents.Load() > m.usable.Load())
+		require.Equal(t, crowded, m.view.agents.Load() > m.view.usable.Load())
 		ctx := ctxT(t, eventually)
 		held, err := h.Acquire(ctx, "n", RequestOptions{})
 		require.NoError(t, err)
 
-		m.offUntil.Store(m.mono() + int64(time.Hour)) // closed: our yields came back late
+		m.gate.offUntil.Store(m.mono() + int64(time.Hour)) // closed: our yields came back late
 		got := acquireReleased(ctx, m, "n")
 		if crowded {
-			require.Eventually(t, func() bool { return atomic.LoadUint32(m.a.Parked()) == 1 }, eventually, time.Millisecond, "the request parks")
-			require.Zero(t, m.spinners.Load(), "and does not spin")
+			require.Eventually(t, func() bool { return atomic.LoadUint32(m.life.a.Parked()) == 1 }, eventually, time.Millisecond, "the request parks")
+			require.Zero(t, m.view.spinners.Load(), "and does not spin")
 		} else {
-			require.Eventually(t, func() bool { return m.spinners.Load() == 1 }, eventually, time.Millisecond, "the request spins")
+			require.Eventually(t, func() bool { return m.view.spinners.Load() == 1 }, eventually, time.Millisecond, "the request spins")
 		}
 		require.NoError(t, held.Release())
 		mustDone(t, ctx, got, "the waiting request granted")
