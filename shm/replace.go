@@ -111,7 +111,7 @@ func Replace(path string, size int64, mode os.FileMode, init func([]byte) error,
 	} else if elsewhere {
 		n, who := users(old.mm)
 		if n == 0 {
-			who = "a process has it open"
+			who = "a process that has it open"
 		}
 		return fmt.Errorf("%w: %s: %s", ErrInUse, path, who)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/shmlocks/shmlocks/shm"
 )
@@ -24,10 +25,16 @@ import (
 // is never replaced.
 
 // maxReplaceRounds bounds Open's rounds of replace-and-open-again.
-const maxReplaceRounds = 64
+const maxReplaceRounds = 256
+
+// inUseSettle: a file found open elsewhere is looked at again for this long
+// before Open says it is in use (new processes racing to replace it open
+// it too, each for a moment).
+const inUseSettle = 300 * time.Millisecond
 
 // openOrReplace is shm.Open with the replacement of an older format.
 func openOrReplace(path string, l layout, mode os.FileMode, init, validate func([]byte) error) (*shm.Mapping, bool, error) {
+	var inUseSince time.Time
 	for round := 0; ; round++ {
 		m, created, err := shm.Open(path, int64(l.size), HeaderSize, mode, init, validate)
 		var fe *FormatError
@@ -40,6 +47,14 @@ func openOrReplace(path string, l layout, mode os.FileMode, init, validate func(
 			if shm.IsTransient(rerr) {
 				pause(round)
 			}
+			continue
+		case errors.Is(rerr, shm.ErrInUse) && (inUseSince.IsZero() || time.Since(inUseSince) < inUseSettle):
+			// Another new process may have the old file open for a moment
+			// (it opened it and is about to find its format): look again.
+			if inUseSince.IsZero() {
+				inUseSince = time.Now()
+			}
+			pause(round)
 			continue
 		case errors.Is(rerr, shm.ErrInUse):
 			who := rerr.Error()
