@@ -144,7 +144,17 @@ func holderMain(args []string) int {
 				continue
 			}
 			held = append(held, l)
-			proctest.Say("acquired %s %d", f[1], l.Token())
+			proctest.Say("acquired %s %d %d", f[1], l.Token(), monoNow())
+		case "release": // release NAME -> "released NAME MONO": the time just before it
+			for i, h := range held {
+				if l, ok := h.(*manager.Lock); ok && l.Name() == f[1] {
+					t0 := monoNow()
+					l.Release()
+					held = append(held[:i], held[i+1:]...)
+					proctest.Say("released %s %d", f[1], t0)
+					break
+				}
+			}
 		case "flock":
 			fl, err := os.OpenFile(f[1], os.O_CREATE|os.O_RDWR, 0o600)
 			if err == nil {

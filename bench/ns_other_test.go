@@ -2,7 +2,12 @@
 
 package bench
 
-import "syscall"
+import (
+	"syscall"
+	"time"
+)
 
 func nsAttr() *syscall.SysProcAttr { return nil }
 func canUnshare() bool             { return false }
+
+func monoNow() int64 { return time.Now().UnixNano() }

@@ -178,19 +178,19 @@ func (d *deathWatch) watch(n int) {
 			return
 		}
 		if xbell != nil && r.h.Enter() {
-			rang := false
+			// A ring from another network namespace: scan here, at once
+			// (a ring of our own doorbell would add a hop through the
+			// netpoller and the bell loop's goroutine).
 			if table.Guard(func() error {
 				if x := atomic.LoadUint32(xbell); x != lastX {
-					lastX, rang = x, true
+					lastX = x
+					r.h.Scan(false)
 				}
 				return nil
 			}) != nil {
 				r.h.NoteFault()
 			}
 			r.h.Leave()
-			if rang {
-				r.bell.Ring(r.a.Nonce) // a ring from another network namespace: our own bell loop scans
-			}
 		}
 	}
 }
