@@ -68,6 +68,10 @@ func RoundsEpoch(m *Manager) uint64 {
 // BellLoops is the number of rounds m's bell loop has done.
 func BellLoops(m *Manager) uint64 { return m.bell.Loops() }
 
+// OwnWaiting reports whether a request of m is parked or spinning (what a
+// turn needs).
+func OwnWaiting(m *Manager) bool { return m.ownWaiting() }
+
 // ScanAll is one look of the bell loop at every waiting request and held
 // lock of m (when m is open).
 func ScanAll(m *Manager) {

@@ -51,6 +51,10 @@ func crashGrantingOwnAhead(e *crashEnv, point, cmd, ok string) {
 	waitPending(e.t, e.m, "x", 1)
 	v.Send("acquire x")
 	waitPending(e.t, e.m, "x", 2)
+	v.Send("ownwaiting") // V2 queued in the table is not enough: V's release needs it parked or spinning in V
+	if got := v.Expect("ownwaiting"); got != "ownwaiting true" {
+		e.t.Fatalf("V's second request never waited in V: %q", got)
+	}
 	v.Send("%s", cmd)
 	v.Expect(ok)
 	v.Send("crash %s", point)

@@ -209,6 +209,11 @@ func childMain(args []string) int {
 			d, _ := time.ParseDuration(f[1])
 			testhooks.FairnessSkew.Store(int64(d))
 			say("skewed %s", f[1])
+		case "ownwaiting": // -> "ownwaiting" once a request of ours is parked or spinning (within 10 s)
+			for deadline := time.Now().Add(10 * time.Second); !OwnWaiting(m) && time.Now().Before(deadline); {
+				time.Sleep(100 * time.Microsecond)
+			}
+			say("ownwaiting %v", OwnWaiting(m))
 		case "turns": // turns N: every N-th grant a release of ours makes a turn (manager/turns.go)
 			n, _ := strconv.ParseUint(f[1], 10, 64)
 			testhooks.TurnEvery.Store(n)

@@ -84,6 +84,7 @@ type deathWatch struct {
 
 func startDeathWatch(r *Reaper) *deathWatch {
 	d := &deathWatch{r: r, kick: new(uint32), threads: 1}
+	r.dw = d // before any thread of it can call back into r
 	d.wg.Add(1)
 	go d.sentinel()
 	return d

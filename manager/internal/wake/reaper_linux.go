@@ -58,7 +58,7 @@ type Reaper struct {
 func NewReaper(t *table.Table, a *table.Agent, bell *Bell, h Host) *Reaper {
 	r := &Reaper{t: t, a: a, h: h, bell: bell, kickc: make(chan struct{}, 1), done: make(chan struct{}),
 		orphans: map[uint32]uint64{}, hinted: map[uint32]uint64{}}
-	r.dw = startDeathWatch(r)
+	startDeathWatch(r) // sets r.dw
 	r.wg.Add(1)
 	go r.loop()
 	return r
