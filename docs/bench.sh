@@ -61,8 +61,15 @@ if [ -z "${SUMMARY_ONLY:-}" ]; then
 	# Several processes: each iteration is one complete measurement.
 	"$T" -test.run '^$' -test.bench '^Benchmark(Handoff|Contention|Goroutines|SharedReaders|LongWait|YieldShare)$' \
 		-test.benchtime 1x -test.count "$COUNT" -test.timeout 20m | tee "$OUT/multiproc.txt"
-	"$T" -test.run '^$' -test.bench '^BenchmarkDeathToGrant$' \
+	# Deaths and releases across PID and network namespaces (a container
+	# sharing the table) beside the same within one (skipped, saying so,
+	# where this process may not create namespaces).
+	"$T" -test.run '^$' -test.bench '^Benchmark(DeathToGrant|ReleaseToGrantAcrossNetworks)$' \
 		-test.benchtime "${BENCHTIME:-30x}" -test.count "$COUNT" -test.timeout 10m | tee "$OUT/death.txt"
+	# A machine busy with other work: the many-goroutines regimes beside two
+	# CPU-bound processes (raw figures in busy.txt).
+	SHMLOCKS_BENCH_HOGS=2 "$T" -test.run '^$' -test.bench '^BenchmarkGoroutines$' \
+		-test.benchtime 1x -test.count "$COUNT" -test.timeout 20m | tee "$OUT/busy.txt"
 	cd ../manager
 	"$OUT/manager.test" -test.run '^TestThreadsStayFewWith5000Waiters$' -test.v -test.count 1 -test.timeout 5m | tee "$OUT/threads.txt"
 	cd ..
