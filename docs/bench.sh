@@ -137,7 +137,7 @@ function target(what, figure, ok) {
 /machine: / { where = $0; sub(/.*machine: */, "", where) }
 END {
 	skipns["BenchmarkHandoff"] = skipns["BenchmarkContention"] = skipns["BenchmarkSharedReaders"] = 1
-	skipns["BenchmarkLongWait"] = skipns["BenchmarkDeathToGrant"] = skipns["BenchmarkDrainSameName"] = skipns["BenchmarkYieldShare"] = 1
+	skipns["BenchmarkLongWait"] = skipns["BenchmarkDeathToGrant"] = skipns["BenchmarkReleaseToGrantAcrossNetworks"] = skipns["BenchmarkDrainSameName"] = skipns["BenchmarkYieldShare"] = 1
 	skipns["BenchmarkGoroutines"] = 1
 	if (where != "") print "Measured on: " where "\n"
 	print "# Medians"
