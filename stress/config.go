@@ -54,8 +54,8 @@ type Config struct {
 	Table string  // table file (default: fresh, in a temporary directory)
 	Keep  bool    // keep the temporary directory
 	Chaos float64 // SIGKILLs per second, over every feature (a killed worker is replaced at once)
-	// Namespaces starts every other worker process in new PID and network
-	// namespaces of its own (Linux, root or a user namespace allowing it):
+	// Namespaces starts every other worker process in new PID, network and
+	// mount namespaces of its own (Linux, as root), but exec's workers:
 	// containers sharing the table; the checkers see every worker alike.
 	Namespaces bool
 	// KillEach (with Chaos) goes on after Duration until every feature has

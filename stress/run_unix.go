@@ -232,7 +232,11 @@ func (s *supervisor) spawn(pos, ops int) error {
 	w.cmd = exec.Command(s.cfg.Worker[0], s.cfg.Worker[1:]...)
 	w.cmd.Env = append(os.Environ(), WorkerEnv+"="+string(wc))
 	w.cmd.Stderr = s.stderr
-	if s.cfg.Namespaces && pos%2 == 1 {
+	// Every other worker in namespaces of its own, but exec's: the chaos
+	// kills of exec name its command by the pid it checks in with, which
+	// means something only in the supervisor's PID namespace (exec across
+	// namespaces: cmd/shmlocks TestExecAcrossPIDNamespaces).
+	if s.cfg.Namespaces && pos%2 == 1 && s.role(pos) != FeatureExec {
 		w.cmd.SysProcAttr = namespaceAttr()
 		w.cmd.Env = append(w.cmd.Env, ownProcEnv+"=1")
 	}

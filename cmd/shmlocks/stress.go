@@ -111,7 +111,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.HandOver, "handover", false, "shmlocks workers open with OpenOptions.HandOver (a release yields the P to the sibling it granted; off by default)")
 	fs.StringVar(&cfg.Fairness, "fairness", "fifo", "the table's fairness when this run creates it: fifo, or bounded:DURATION (a request may take a free name ahead of the queue while its oldest has waited less than DURATION; e.g. bounded:1ms)")
 	fs.BoolVar(&cfg.KillEach, "kill-each", false, "with --chaos: go on after --duration until every feature has been killed at least once (at most a minute more)")
-	fs.BoolVar(&cfg.Namespaces, "namespaces", false, "start every other worker process in new PID and network namespaces of its own, as containers sharing the table (Linux, as root)")
+	fs.BoolVar(&cfg.Namespaces, "namespaces", false, "start every other worker process (exec's excepted) in new PID, network and mount namespaces of its own, as containers sharing the table (Linux, as root)")
 	fs.Float64Var(&cfg.Chaos, "chaos", 0, "SIGKILL this many processes per second, each time of the feature killed least so far (a killed worker is replaced at once)")
 	features := fs.String("features", "", "what the worker processes do, one feature per process in turn: plain, exec, child, coalesce, all (AcquireAll), or every (default: every with --chaos on shmlocks, else plain)")
 	backends := fs.String("backend", "shmlocks", "shmlocks, flock, or both comma-separated (run one after the other, reported side by side)")
