@@ -80,15 +80,14 @@ test: fmt
 test-suites:
 	$(MAKE) --no-print-directory race
 	$(MAKE) --no-print-directory faults
+	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory poll
 	$(MAKE) --no-print-directory 386run
 	$(MAKE) --no-print-directory cross-386
 	$(MAKE) --no-print-directory prom
 	$(MAKE) --no-print-directory etcd
+	$(MAKE) --no-print-directory release-check
 
-# The vet lane ends long before the suites (from an empty cache they take
-# twice as long): the module release check and the docs' command lines
-# run at its end, beside the suites' later steps.
 test-vets:
 	$(MAKE) --no-print-directory vet
 	$(MAKE) --no-print-directory cross-windows
@@ -96,8 +95,6 @@ test-vets:
 	$(MAKE) --no-print-directory cross-freebsd
 	$(MAKE) --no-print-directory nested-build
 	$(MAKE) --no-print-directory lang-build
-	$(MAKE) --no-print-directory release-check
-	$(MAKE) --no-print-directory docs
 
 # The nested modules' tests compiled, not run (-run '^$$'): the vet lane ends
 # first, so it builds them for the suites lane, which then only runs them.
