@@ -87,6 +87,11 @@ func takeReplace(f *os.File) (bool, error) {
 // leases disabled, a file system without leases).
 func openedElsewhere(f *os.File) (elsewhere, ok bool) {
 	fd := int(f.Fd())
+	// Should another process open the file while the lease is held, the
+	// kernel signals the holder: SIGURG, whose default is to be ignored
+	// (SIGIO's would end a host program that is not Go, a Python one using
+	// the C library), and which the Go runtime expects anyway.
+	unix.FcntlInt(uintptr(fd), unix.F_SETSIG, int(unix.SIGURG))
 	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_WRLCK)
 	switch {
 	case err == nil:

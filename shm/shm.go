@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"unsafe"
 
 	mmap "github.com/edsrzf/mmap-go"
@@ -108,8 +109,16 @@ func Open(path string, size int64, minSize int64, mode os.FileMode, init func(b 
 // never creates the file. Writing through the returned memory faults, so
 // callers must only read it (e.g. with atomic loads).
 func OpenReadOnly(path string, minSize int64, validate func([]byte) error) (*Mapping, error) {
+	var busy busyWaiter
 	for attempt := 0; attempt < maxAttempts; attempt++ {
 		f, fi, err := openFile(path, true)
+		if errors.Is(err, errBusy) {
+			attempt--
+			if err := busy.wait(path); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if errors.Is(err, errRetry) {
 			continue
 		}
@@ -136,6 +145,11 @@ func openFile(path string, readOnly bool) (*os.File, os.FileInfo, error) {
 		flag = os.O_RDONLY
 	}
 	f, err := os.OpenFile(path, flag|openFlags, 0)
+	if errors.Is(err, syscall.EAGAIN) {
+		// A replacer holds a write lease on it for a moment (Replace): an
+		// open with O_NONBLOCK is refused meanwhile rather than made to wait.
+		return nil, nil, errBusy
+	}
 	if err != nil {
 		// O_NOFOLLOW fails with ELOOP (Linux, macOS) or EMLINK (FreeBSD) when a
 		// symlink was put at path after the Lstat: report it as such.
