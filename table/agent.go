@@ -106,16 +106,16 @@ func (a *Agent) StealSeq() *uint32 { return a.t.u32(a.t.agentOff(a.Idx) + agStea
 // other agents are collected in w.
 func (t *Table) Deregister(a *Agent, w *Wakes) error {
 	if !a.Valid() {
-		a.closeLock()
+		a.Abandon()
 		return ErrAgentGone
 	}
 	if err := t.removeAgentSlots(a, a.Idx, a.word, w); err != nil {
-		a.closeLock() // the record names a dead agent now: others reap what is left
+		a.Abandon() // the record names a dead agent now: others reap what is left
 		return err
 	}
 	crash("deregister.released")
 	ok := atomic.CompareAndSwapUint64(t.u64(t.agentOff(a.Idx)+agWord), a.word, 0)
-	a.closeLock() // after the record is free: a record is never unlocked while it names us
+	a.Abandon() // after the record is free: a record is never unlocked while it names us
 	if !ok {
 		return ErrAgentGone
 	}

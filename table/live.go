@@ -93,8 +93,6 @@ func (a *Agent) Abandon() {
 	}
 }
 
-func (a *Agent) closeLock() { a.Abandon() }
-
 // KeepAliveFile returns an open file that keeps the agent alive for as long
 // as any process holds it open, after this process is gone: it holds the
 // agent's keep-alive byte. Pass it to a child process (exec.Cmd.ExtraFiles,

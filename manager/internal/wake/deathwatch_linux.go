@@ -143,8 +143,6 @@ func (d *deathWatch) watch(n int) {
 	r := d.r
 	var (
 		ws     []futexWaitv
-		idxs   []uint32
-		words  []uint64
 		lastX  uint32
 		xbell  *uint32
 		noWait bool
@@ -159,7 +157,7 @@ func (d *deathWatch) watch(n int) {
 		}
 		need := 0
 		fault := table.Guard(func() error {
-			ws, idxs, words, need = d.build(n, ws[:0], idxs[:0], words[:0], xbell)
+			ws, need = d.build(n, ws[:0], xbell)
 			return nil
 		})
 		r.h.Leave()
@@ -201,7 +199,7 @@ func (d *deathWatch) watch(n int) {
 // other agents' death words, with FUTEX_WAITERS set. Dead ones (the
 // kernel marked them) go to the reaper instead. It returns how many
 // threads the agents need.
-func (d *deathWatch) build(n int, ws []futexWaitv, idxs []uint32, words []uint64, xbell *uint32) ([]futexWaitv, []uint32, []uint64, int) {
+func (d *deathWatch) build(n int, ws []futexWaitv, xbell *uint32) ([]futexWaitv, int) {
 	r := d.r
 	add := func(p *uint32, val uint32) {
 		ws = append(ws, futexWaitv{val: uint64(val), uaddr: uint64(uintptr(unsafe.Pointer(p))), flags: futex2SizeU32})
@@ -255,14 +253,12 @@ func (d *deathWatch) build(n int, ws []futexWaitv, idxs []uint32, words []uint64
 			v |= futexWaiters
 		}
 		add(dp, v)
-		idxs = append(idxs, idx)
-		words = append(words, word)
 	}
 	need := 1
 	if k > per0 {
 		need += (k - per0 + per - 1) / per
 	}
-	return ws, idxs, words, need
+	return ws, need
 }
 
 // interested reports whether the Manager has waiting requests or watches.

@@ -12,8 +12,6 @@
 //	                    ▼ lock byte free: Host.ReapOne / orphans
 package wake
 
-import "github.com/shmlocks/shmlocks/table"
-
 // Host is the Manager as the waking sees it. Every method is a cold path.
 type Host interface {
 	// Enter marks a table operation in progress (false: the Manager is
@@ -30,10 +28,4 @@ type Host interface {
 	ReapOne(idx uint32)
 	// Busy reports whether the Manager has waiting requests or watches.
 	Busy() bool
-}
-
-// Agent is what the waking reads of the Manager's own agent.
-type Agent struct {
-	T *table.Table
-	A *table.Agent
 }
