@@ -18,6 +18,7 @@ import (
 
 	"github.com/shmlocks/shmlocks/internal/proctest"
 	. "github.com/shmlocks/shmlocks/manager"
+	"github.com/shmlocks/shmlocks/table"
 )
 
 // Processes in other namespaces (containers sharing the table's directory,
@@ -151,17 +152,32 @@ func TestNamespacesReleaseWakesAcrossNetworks(t *testing.T) {
 			h := spawnIn(t, path, c.holder)
 			w := spawnIn(t, path, c.waiter)
 			m := openM(t, path, nil)
+			agentOf := func(pid int) table.AgentInfo {
+				for _, ai := range m.Table().Agents() {
+					if ai.PID == pid {
+						return ai
+					}
+				}
+				return table.AgentInfo{}
+			}
+			wpid := w.Pid
+			if c.waiter != nsHost {
+				wpid = 1 // the PID it records is its own namespace's
+			}
 			var worst time.Duration
 			for i := 0; i < 5; i++ {
 				h.Send("acquire x")
 				h.Expect("acquired x")
 				w.Send("acquire x")
 				waitPending(t, m, "x", 1)
-				time.Sleep(20 * time.Millisecond) // let the waiter park on its bell (not a synchronisation: the grant is awaited below)
+				// The waiter asleep on its bell: its grant must ring it.
+				require.Eventually(t, func() bool { return agentOf(wpid).Parked > 0 }, eventually, time.Millisecond, "the waiter to park")
+				before := agentOf(wpid).XBell
 				start := time.Now()
 				h.Send("release x")
 				w.Expect("acquired x")
 				worst = max(worst, time.Since(start))
+				require.Greater(t, agentOf(wpid).XBell, before, "rung through the table's cross-namespace bell")
 				w.Send("release x")
 				w.Expect("released x")
 			}

@@ -362,6 +362,7 @@ type AgentInfo struct {
 	Since    time.Time
 	Parked   uint32
 	Bell     uint32
+	XBell    uint32 // the cross-namespace bell (rings from another network namespace)
 	StealSeq uint32
 
 	// CoOwner is the process group that keeps the agent alive after its
@@ -423,6 +424,7 @@ func (t *Table) agentInfo(idx uint32, word uint64) AgentInfo {
 		Since:    time.Unix(0, int64(atomic.LoadUint64(t.u64(off+agSince)))),
 		Parked:   atomic.LoadUint32(t.u32(off + agParked)),
 		Bell:     atomic.LoadUint32(t.u32(off + agBell)),
+		XBell:    atomic.LoadUint32(t.u32(off + agXBell)),
 		StealSeq: atomic.LoadUint32(t.u32(off + agStealSeq)),
 	}
 	ai.CoOwner, ai.CoOwnerStart, _ = t.coOwner(idx)
