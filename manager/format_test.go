@@ -112,3 +112,21 @@ func TestOldFormatEightRacers(t *testing.T) {
 	}
 	check(t, m)
 }
+
+// A replacer that died between marking the old table retired and renaming
+// the new one over it leaves a retired file at the path (and maybe its
+// temporary file): the next Open replaces it, as it does an unused old
+// format.
+func TestRetiredTableLeftByADeadReplacer(t *testing.T) {
+	path := tablePath(t)
+	oldFormat(t, path)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	binary.NativeEndian.PutUint32(b[8:], 0xFFFFFFFF) // retired, as Replace writes it before its rename
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	m := openM(t, path, nil)
+	l, err := m.Acquire(ctxT(t, eventually), "x", RequestOptions{IfAvailable: true})
+	require.NoError(t, err)
+	require.NoError(t, l.Release())
+	check(t, m)
+}
